@@ -1,0 +1,53 @@
+# Tidings — `make run` starts the whole stack, `make test` runs the suite.
+# Both create the virtualenv and install the project on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint fmt api worker beat flower migrate clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install Tidings with its dev tools
+
+run: $(STAMP) ## The whole stack (embedded PostgreSQL and Redis unless DATABASE_URL / REDIS_URL are set)
+	$(BIN)/tidings dev
+
+test: $(STAMP) ## The test suite (uses DATABASE_URL / REDIS_URL when set, embedded servers otherwise)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP) ## Format and fix what ruff can
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+api: $(STAMP) ## Only the API (gunicorn), against DATABASE_URL / REDIS_URL
+	$(BIN)/tidings api
+
+worker: $(STAMP) ## Only a Celery worker on every queue
+	$(BIN)/tidings worker
+
+beat: $(STAMP) ## Only Celery beat
+	$(BIN)/tidings beat
+
+flower: $(STAMP) ## Only Flower
+	$(BIN)/tidings flower
+
+migrate: $(STAMP) ## Apply database migrations to DATABASE_URL
+	$(BIN)/tidings db upgrade
+
+clean: ## Remove the virtualenv and the embedded servers' data
+	rm -rf $(VENV) var

@@ -1,0 +1,1 @@
+"""Tidings: the HTTP API, its settings, models and services, and the command line."""

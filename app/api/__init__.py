@@ -1,0 +1,59 @@
+"""The Flask application: blueprints, error shape, and what every request shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from flask import Flask, current_app
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.db import session_factory
+from app.errors import TidingsApi, install
+from app.ratelimit import ApiRateLimiter
+from tasks import celery_app as celery
+
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Context:
+    """What handlers need from the process: settings, database, Redis."""
+
+    settings: Settings
+    db: sessionmaker[Session]
+    redis: redis.Redis
+    limiter: ApiRateLimiter
+
+
+def context() -> Context:
+    return current_app.extensions["tidings"]
+
+
+def create_app(settings: Settings) -> Flask:
+    from app.api import admin, health, messages
+
+    celery.configure(settings)
+    app = Flask("tidings")
+    app.config.update(
+        API_TITLE="Tidings",
+        API_VERSION="v1",
+        OPENAPI_VERSION="3.1.0",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="docs",
+        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+    )
+    # Short timeouts: a Redis that hangs must not hang the API (the limiter fails open).
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    app.extensions["tidings"] = Context(
+        settings, session_factory(settings.database_url), client, ApiRateLimiter(client)
+    )
+    api = TidingsApi(app)
+    api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
+    install(app, api)
+    for blueprint in (health.blp, admin.blp, messages.blp):
+        api.register_blueprint(blueprint)
+    return app

@@ -1,0 +1,65 @@
+"""Admin routes: projects and their keys. They take the admin key, never a project key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask_smorest import Blueprint
+
+from app.api import context
+from app.auth import require_admin_key
+from app.schemas import KeyCreateSchema, KeySchema, ProjectCreateSchema, ProjectSchema, ProjectUpdateSchema
+from app.services import projects
+
+blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects and API keys (admin key).")
+
+
+@blp.before_request
+def authenticate() -> None:
+    ctx = context()
+    require_admin_key(ctx.db, ctx.settings.admin_key)
+
+
+@blp.route("/projects", methods=["POST"])
+@blp.arguments(ProjectCreateSchema)
+@blp.response(201, ProjectSchema)
+def create_project(data: dict[str, Any]):
+    return projects.create_project(context().db, data)
+
+
+@blp.route("/projects", methods=["GET"])
+@blp.response(200, ProjectSchema(many=True))
+def list_projects():
+    return projects.list_projects(context().db)
+
+
+@blp.route("/projects/<project_id>", methods=["GET"])
+@blp.response(200, ProjectSchema)
+def get_project(project_id: str):
+    return projects.get_project(context().db, project_id)
+
+
+@blp.route("/projects/<project_id>", methods=["PATCH"])
+@blp.arguments(ProjectUpdateSchema)
+@blp.response(200, ProjectSchema)
+def update_project(data: dict[str, Any], project_id: str):
+    return projects.update_project(context().db, project_id, data)
+
+
+@blp.route("/projects/<project_id>", methods=["DELETE"])
+@blp.response(204)
+def delete_project(project_id: str):
+    projects.delete_project(context().db, project_id)
+
+
+@blp.route("/projects/<project_id>/keys", methods=["POST"])
+@blp.arguments(KeyCreateSchema)
+@blp.response(201, KeySchema)
+def create_key(data: dict[str, Any], project_id: str):
+    return projects.create_key(context().db, project_id, data["name"], data["kind"])
+
+
+@blp.route("/projects/<project_id>/keys/<key_id>", methods=["DELETE"])
+@blp.response(204)
+def revoke_key(project_id: str, key_id: str):
+    projects.revoke_key(context().db, project_id, key_id)

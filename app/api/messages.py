@@ -1,0 +1,58 @@
+"""Project routes for messages: send one, read one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import g, request
+from flask_smorest import Blueprint
+
+from app.api import context
+from app.auth import require_project_key
+from app.errors import abort, field_error
+from app.schemas import AcceptedSchema, MessageSchema, SendSchema
+from app.services import messages
+
+blp = Blueprint("messages", __name__, url_prefix="/v1", description="Send notifications and follow them.")
+
+MAX_IDEMPOTENCY_KEY = 255
+
+
+@blp.before_request
+def authenticate_and_limit() -> None:
+    ctx = context()
+    caller = require_project_key(ctx.db)
+    if caller.rate_limit_per_min:
+        verdict = ctx.limiter.check(caller.project_id, caller.rate_limit_per_min)
+        if verdict is not None:
+            g.rate_limit_headers = verdict.headers()
+            if not verdict.allowed:
+                abort(429, "Rate limit exceeded; retry after the window resets.")
+
+
+@blp.after_request
+def add_rate_limit_headers(response):
+    """Runs for the 429 too, so the limiter's headers are set in one place."""
+    response.headers.extend(getattr(g, "rate_limit_headers", {}))
+    return response
+
+
+@blp.route("/messages", methods=["POST"])
+@blp.arguments(SendSchema)
+@blp.response(202, AcceptedSchema)
+@blp.alt_response(409)
+def send(data: dict[str, Any]):
+    """Send one notification. Same Idempotency-Key and body → the original answer."""
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        field_error(422, "Invalid request.", "headers", "Idempotency-Key", "Use 1 to 255 characters.")
+    accepted = messages.accept(context().db, g.caller, data, request.get_json(), key)
+    headers = {"Idempotent-Replayed": "true"} if accepted.replayed else {}
+    return accepted.body, 202, headers
+
+
+@blp.route("/messages/<message_id>", methods=["GET"])
+@blp.response(200, MessageSchema)
+def get_message(message_id: str):
+    """One message with its timeline."""
+    return messages.get_message(context().db, g.caller.project_id, message_id)

@@ -1,0 +1,93 @@
+"""API keys: how they look, how they are stored, and who a request is.
+
+Only the SHA-256 of a key is stored (plus a short prefix to recognise it in lists), so a
+database leak gives nobody a working key. Keys are long random strings, so an unsalted
+fast hash is the right tool here; passwords would need a slow one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from flask import g, request
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.enums import KeyKind
+from app.errors import abort
+from app.models import ApiKey, Project
+
+PREFIX_LENGTH = 13  # "tid_live_" and four characters of the secret
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The project a request acts for, and with which kind of key."""
+
+    project_id: str
+    channels: tuple[str, ...]
+    rate_limit_per_min: int | None
+    key_kind: KeyKind
+
+    @property
+    def is_test(self) -> bool:
+        return self.key_kind is KeyKind.TEST
+
+
+def new_key(kind: KeyKind) -> str:
+    return f"tid_{kind.value}_{secrets.token_urlsafe(32)}"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def find_caller(session: Session, token: str) -> Caller | None:
+    row = session.execute(
+        select(Project.id, Project.channels, Project.rate_limit_per_min, ApiKey.kind)
+        .join(ApiKey, ApiKey.project_id == Project.id)
+        .where(ApiKey.key_hash == hash_key(token), ApiKey.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        return None
+    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind))
+
+
+def unauthorized() -> None:
+    abort(401, "A valid API key is required.", headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_project_key(db: sessionmaker[Session]) -> Caller:
+    """Authenticate a project route; the caller is kept in `g.caller`."""
+    token = bearer_token()
+    if token is None:
+        unauthorized()
+    with db() as session:
+        caller = find_caller(session, token)
+    if caller is None:
+        unauthorized()
+    g.caller = caller
+    return caller
+
+
+def require_admin_key(db: sessionmaker[Session], admin_key: str) -> None:
+    """Authenticate an admin route: a project key here is a 403, anything else a 401."""
+    token = bearer_token()
+    if token is not None and hmac.compare_digest(token.encode(), admin_key.encode()):
+        return
+    if token is not None:
+        with db() as session:
+            if find_caller(session, token) is not None:
+                abort(403, "This route needs the admin key, not a project key.")
+    unauthorized()

@@ -1,0 +1,163 @@
+"""The `tidings` command: run each process of the stack, migrate, and the dev supervisor.
+
+Every command reads its settings first, so a missing or malformed one ends the command
+with a single line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import click
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from app.config import ConfigError, Settings, database_url_from_env
+
+# Loggers that say the same thing every second (beat's release_due) or narrate start-up.
+QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
+
+
+def fail(message: str) -> None:
+    click.echo(f"tidings: {message}", err=True)
+    sys.exit(2)
+
+
+def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as error:
+            fail(str(error))
+        except OperationalError as error:
+            fail(f"cannot reach PostgreSQL: {str(error.orig).strip().splitlines()[0]}")
+
+    return wrapper
+
+
+def load_settings() -> Settings:
+    settings = Settings.from_env()
+    check_database(settings.database_url)
+    return settings
+
+
+def check_database(database_url: str) -> None:
+    engine = create_engine(database_url, connect_args={"connect_timeout": 5})
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Tidings: notification delivery on PostgreSQL and Celery."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@main.command()
+@one_line_errors
+def dev() -> None:
+    """The whole stack on one machine: embedded PostgreSQL and Redis unless the URLs are set."""
+    from app.dev import run
+
+    sys.exit(run(dict(os.environ)))
+
+
+@main.command()
+@click.option("--workers", type=int, default=lambda: int(os.environ.get("TIDINGS_API_WORKERS", "2")))
+@one_line_errors
+def api(workers: int) -> None:
+    """Serve the HTTP API with gunicorn."""
+    from app.server import serve
+
+    serve(load_settings(), workers)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@one_line_errors
+def worker(celery_args: tuple[str, ...]) -> None:
+    """Run a Celery worker on every queue (extra arguments go to `celery worker`)."""
+    from tasks.celery_app import all_queues, configure
+
+    settings = load_settings()
+    defaults = ["-Q", ",".join(all_queues(settings)), "--pool", "threads", "--concurrency", "8"]
+    configure(settings).worker_main(["worker", "--loglevel", "INFO", *defaults, *celery_args])
+
+
+@main.command()
+@one_line_errors
+def beat() -> None:
+    """Run Celery beat: release due messages, sweep stalled ones."""
+    from tasks.celery_app import configure
+
+    settings = load_settings()
+    settings.var_dir.mkdir(parents=True, exist_ok=True)
+    schedule = str(settings.var_dir / "celerybeat-schedule")
+    configure(settings).start(["beat", "--loglevel", "INFO", "--schedule", schedule])
+
+
+@main.command()
+@one_line_errors
+def flower() -> None:
+    """Run Flower, the Celery monitor."""
+    from tasks.celery_app import configure
+
+    settings = Settings.from_env()
+    configure(settings).start(["flower", f"--address={settings.host}", f"--port={settings.flower_port}"])
+
+
+@main.group()
+def db() -> None:
+    """Database migrations."""
+
+
+@db.command()
+@click.argument("revision", default="head")
+@one_line_errors
+def upgrade(revision: str) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from app import migrate
+
+    url = database_url_from_env()
+    check_database(url)
+    migrate.upgrade(url, revision)
+
+
+@db.command()
+@click.argument("revision")
+@one_line_errors
+def downgrade(revision: str) -> None:
+    """Revert migrations down to REVISION."""
+    from app import migrate
+
+    url = database_url_from_env()
+    check_database(url)
+    migrate.downgrade(url, revision)
+
+
+@db.command()
+@one_line_errors
+def current() -> None:
+    """Show the revision the database is at."""
+    from app import migrate
+
+    url = database_url_from_env()
+    check_database(url)
+    migrate.current(url)
+
+
+if __name__ == "__main__":
+    main()

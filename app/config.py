@@ -1,0 +1,124 @@
+"""Settings, read once from the environment.
+
+Everything a process needs to know about its surroundings lives in one frozen object, so a
+missing or malformed value fails at start-up with one line instead of deep inside a request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from app.enums import Channel
+from providers import registry
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message names it and is shown as is."""
+
+
+DELIVERING_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH, Channel.WEBHOOK)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str
+    broker_url: str
+    admin_key: str
+    secret_key: str
+    providers: Mapping[Channel, str]
+    max_attempts: int = 5
+    host: str = "127.0.0.1"
+    port: int = 8000
+    flower_port: int = 5555
+    var_dir: Path = Path("var")
+    visibility_timeout: int = 3600
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = dict(os.environ if environ is None else environ)
+        redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
+        providers = {
+            channel: _provider(env, f"{channel.upper()}_PROVIDER") for channel in DELIVERING_CHANNELS
+        }
+        return cls(
+            database_url=_database_url(env),
+            redis_url=redis_url,
+            broker_url=_url(env, "CELERY_BROKER_URL", ("redis", "rediss", "amqp", "amqps"), redis_url),
+            admin_key=_secret(env, "TIDINGS_ADMIN_KEY"),
+            secret_key=_secret(env, "TIDINGS_SECRET_KEY"),
+            providers=providers,
+            max_attempts=_int(env, "MAX_ATTEMPTS", 5, minimum=1),
+            host=env.get("TIDINGS_HOST", "127.0.0.1"),
+            port=_int(env, "TIDINGS_PORT", 8000, minimum=1, maximum=65535),
+            flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
+            var_dir=Path(env.get("TIDINGS_VAR_DIR", "var")),
+            visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60),
+            environ=env,
+        )
+
+
+def _require(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{name} is not set")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], default: str | None = None) -> str:
+    value = env.get(name, "").strip() or default
+    if value is None:
+        raise ConfigError(f"{name} is not set")
+    scheme = urlsplit(value).scheme
+    if scheme not in schemes:
+        expected = ", ".join(f"{s}://" for s in schemes)
+        raise ConfigError(f"{name} must start with one of {expected}; got {value!r}")
+    return value
+
+
+def database_url_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """Only the database URL: what migrations need, without the rest of the settings."""
+    return _database_url(os.environ if environ is None else environ)
+
+
+def _database_url(env: Mapping[str, str]) -> str:
+    value = _url(env, "DATABASE_URL", ("postgresql", "postgres", "postgresql+psycopg2"))
+    scheme, rest = value.split("://", 1)
+    return f"postgresql+psycopg2://{rest}" if scheme != "postgresql+psycopg2" else value
+
+
+def _secret(env: Mapping[str, str], name: str) -> str:
+    value = _require(env, name)
+    if len(value) < 16:
+        raise ConfigError(f"{name} must be at least 16 characters long")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number; got {raw!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(f"{name} must be {bounds}; got {value}")
+    return value
+
+
+def _provider(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "log").strip() or "log"
+    if value not in registry.names():
+        raise ConfigError(f"{name} must be one of {', '.join(registry.names())}; got {value!r}")
+    try:
+        registry.build(value, env)
+    except ValueError as error:
+        raise ConfigError(f"{name}={value}: {error}") from None
+    return value

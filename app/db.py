@@ -1,0 +1,62 @@
+"""Engine and sessions, and the outbox that publishes tasks only after a commit.
+
+A task published inside a transaction can run before the rows it names are visible, or
+name rows a rollback never wrote. So services queue signatures on the session and the
+`after_commit` hook publishes them; a rollback drops them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+from celery.canvas import Signature
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=8)
+def engine_for(database_url: str) -> Engine:
+    """One pooled engine per URL and process (forked children build their own)."""
+    return create_engine(
+        database_url,
+        pool_size=5,
+        max_overflow=10,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 5, "application_name": "tidings"},
+    )
+
+
+@lru_cache(maxsize=8)
+def session_factory(database_url: str) -> sessionmaker[Session]:
+    return sessionmaker(engine_for(database_url), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(database_url: str) -> Iterator[Session]:
+    """A session that commits when the block ends normally and rolls back otherwise."""
+    with session_factory(database_url)() as session, session.begin():
+        yield session
+
+
+def enqueue_after_commit(session: Session, signature: Signature) -> None:
+    session.info.setdefault("outbox", []).append(signature)
+
+
+@event.listens_for(Session, "after_commit")
+def _publish_outbox(session: Session) -> None:
+    for signature in session.info.pop("outbox", []):
+        try:
+            signature.apply_async(retry=True, retry_policy={"max_retries": 1, "interval_start": 0})
+        except Exception:
+            # The rows are committed, so nothing is lost: the sweeper re-dispatches them.
+            logger.warning("could not publish %s; the sweeper will pick it up", signature.task, exc_info=True)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_outbox(session: Session) -> None:
+    session.info.pop("outbox", None)

@@ -1,0 +1,75 @@
+"""One JSON shape for every error: {"code", "status", "message", "errors"}.
+
+flask-smorest already answers its own aborts as JSON; this makes the rest (404 for an
+unknown route, 405, 413, 415, malformed JSON, an unexpected 500) answer the same way,
+always with a message, so clients need a single error path.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, NoReturn
+
+from flask import Flask, request
+from flask_smorest import Api
+from flask_smorest import abort as smorest_abort
+from werkzeug.exceptions import HTTPException, InternalServerError, UnsupportedMediaType
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MESSAGES = {
+    400: "The request could not be read.",
+    422: "Invalid request.",
+}
+
+
+class TidingsApi(Api):
+    def handle_http_exception(self, error: HTTPException) -> tuple[dict[str, Any], int, dict[str, str]]:
+        data = getattr(error, "data", None) or {}
+        headers = dict(error.get_headers())
+        headers.pop("Content-Type", None)
+        headers.update(data.get("headers") or {})
+        payload: dict[str, Any] = {
+            "code": error.code,
+            "status": error.name,
+            "message": data.get("message") or DEFAULT_MESSAGES.get(error.code or 0) or error.description,
+        }
+        errors = data.get("errors") or data.get("messages")
+        if errors:
+            payload["errors"] = errors
+        return payload, error.code or 500, headers
+
+
+def abort(code: int, message: str, errors: dict[str, Any] | None = None, **kwargs: Any) -> NoReturn:
+    """Stop the request with our error shape."""
+    smorest_abort(code, message=message, errors=errors, **kwargs)
+    raise AssertionError("unreachable")
+
+
+def field_error(code: int, message: str, location: str, field: str, problem: str) -> NoReturn:
+    """An error about one field, shaped like a schema validation error."""
+    abort(code, message, errors={location: {field: [problem]}})
+
+
+def uuid_or_404(value: str, what: str) -> uuid.UUID:
+    """A path id that is not even a UUID names nothing: 404, like any unknown id."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        abort(404, f"No {what} {value!r}.")
+
+
+def install(app: Flask, api: TidingsApi) -> None:
+    @app.before_request
+    def require_json_body() -> None:
+        """A body we cannot read as JSON is a 415, not an empty request."""
+        if request.method in ("POST", "PUT", "PATCH") and request.content_length and not request.is_json:
+            raise UnsupportedMediaType("Send the request body as application/json.")
+
+    @app.errorhandler(Exception)
+    def unexpected(error: Exception):
+        if isinstance(error, HTTPException):
+            return api.handle_http_exception(error)
+        logger.exception("unhandled error on %s %s", request.method, request.path)
+        return api.handle_http_exception(InternalServerError())

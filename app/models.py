@@ -1,0 +1,168 @@
+"""SQLAlchemy models: the tables Alembic migrates and the rows the services read.
+
+`messages` holds only the narrow, changing state of a notification; what is written once
+(content, data, metadata) lives in `message_contents`, so each status change rewrites a
+small row. The happy-path timeline (accepted → ready → sending → sent) is derived from the
+message's own timestamps; `events` stores only what cannot be derived.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.enums import ACTIVE_STATUSES, Channel, EventType, KeyKind, MessageStatus, Priority
+
+
+def _enum(enum: type[StrEnum]) -> Enum:
+    """Store a StrEnum as its plain value in a varchar: no native type to migrate."""
+    return Enum(
+        enum,
+        native_enum=False,
+        create_constraint=False,
+        length=16,
+        values_callable=lambda members: [m.value for m in members],
+    )
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {
+        datetime: DateTime(timezone=True),
+        dict[str, Any]: JSONB,
+        uuid.UUID: UUID(as_uuid=True),
+    }
+
+
+EMPTY_JSON = text("'{}'::jsonb")
+
+
+def _now() -> Mapped[datetime]:
+    return mapped_column(server_default=func.now())
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    channels: Mapped[list[str]] = mapped_column(ARRAY(String(16)))
+    rate_limit_per_min: Mapped[int | None] = mapped_column(Integer)
+    settings: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+    created_at: Mapped[datetime] = _now()
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[KeyKind] = mapped_column(_enum(KeyKind))
+    prefix: Mapped[str] = mapped_column(String(32))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None]
+
+
+class Subscriber(Base):
+    __tablename__ = "subscribers"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    external_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    email: Mapped[str | None] = mapped_column(String(320))
+    phone: Mapped[str | None] = mapped_column(String(32))
+    push_tokens: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    locale: Mapped[str | None] = mapped_column(String(35))
+    timezone: Mapped[str | None] = mapped_column(String(64))
+    data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+    preferences: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("project_id", "idempotency_key", name="uq_messages_project_idempotency_key"),
+        Index("ix_messages_project_created", "project_id", "created_at"),
+        Index(
+            "ix_messages_active",
+            "status",
+            "updated_at",
+            postgresql_where=text("status IN (" + ", ".join(f"'{s.value}'" for s in ACTIVE_STATUSES) + ")"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    batch_id: Mapped[uuid.UUID | None]
+    channel: Mapped[Channel] = mapped_column(_enum(Channel))
+    status: Mapped[MessageStatus] = mapped_column(_enum(MessageStatus))
+    priority: Mapped[Priority] = mapped_column(_enum(Priority))
+    category: Mapped[str | None] = mapped_column(String(64))
+    subscriber_id: Mapped[str | None] = mapped_column(String(255))
+    to_address: Mapped[str | None] = mapped_column(Text)
+    provider: Mapped[str | None] = mapped_column(String(32))
+    provider_message_id: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    test: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    template: Mapped[str | None] = mapped_column(String(128))
+    template_version: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    scheduled_at: Mapped[datetime | None]
+    next_attempt_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    ready_at: Mapped[datetime | None]
+    claimed_at: Mapped[datetime | None]
+    sent_at: Mapped[datetime | None]
+
+
+class MessageContent(Base):
+    __tablename__ = "message_contents"
+
+    message_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )
+    subject: Mapped[str | None] = mapped_column(Text)
+    text: Mapped[str | None] = mapped_column(Text)
+    html: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", server_default=EMPTY_JSON)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_message_at", "message_id", "at"),
+        Index("ix_events_project_at", "project_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(String(64))
+    type: Mapped[EventType] = mapped_column(_enum(EventType))
+    at: Mapped[datetime] = _now()
+    data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)

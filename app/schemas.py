@@ -1,0 +1,165 @@
+"""Marshmallow schemas: what the API accepts and what it answers, per ../shared/API.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
+
+from app.enums import Channel, KeyKind, Priority
+
+E164 = r"^\+[1-9][0-9]{6,14}$"
+PROJECT_ID = r"^[a-z0-9-]{1,64}$"
+MAX_TEXT = 256 * 1024
+
+# Which kind of recipient each channel can reach; a subscriber id fits every channel.
+ADDRESS_FOR_CHANNEL = {
+    Channel.EMAIL: "email",
+    Channel.SMS: "phone",
+    Channel.PUSH: "device_token",
+    Channel.WEBHOOK: "url",
+}
+
+
+class ProjectCreateSchema(Schema):
+    id = fields.String(validate=validate.Regexp(PROJECT_ID, error="Use 1 to 64 of a-z, 0-9 and -."))
+    name = fields.String(required=True, validate=validate.Length(1, 200))
+    channels = fields.List(
+        fields.String(validate=validate.OneOf([c.value for c in Channel])),
+        validate=validate.Length(min=1),
+        load_default=lambda: [c.value for c in Channel],
+    )
+    rate_limit_per_min = fields.Integer(allow_none=True, validate=validate.Range(min=1))
+
+
+class ProjectUpdateSchema(ProjectCreateSchema):
+    class Meta:
+        exclude = ("id",)
+
+    name = fields.String(validate=validate.Length(1, 200))
+    channels = fields.List(
+        fields.String(validate=validate.OneOf([c.value for c in Channel])), validate=validate.Length(min=1)
+    )
+
+
+class ProjectSchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    channels = fields.List(fields.String())
+    rate_limit_per_min = fields.Integer(allow_none=True)
+    created_at = fields.DateTime()
+
+
+class KeyCreateSchema(Schema):
+    name = fields.String(required=True, validate=validate.Length(1, 200))
+    kind = fields.Enum(KeyKind, by_value=True, load_default=KeyKind.LIVE)
+
+
+class KeySchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    kind = fields.String()
+    prefix = fields.String()
+    key = fields.String(metadata={"description": "The key itself: in the answer to its creation only."})
+    created_at = fields.DateTime()
+    revoked_at = fields.DateTime(allow_none=True)
+
+
+class RecipientSchema(Schema):
+    """Exactly one way to reach the recipient."""
+
+    subscriber_id = fields.String(validate=validate.Length(1, 255))
+    email = fields.Email(validate=validate.Length(max=320))
+    phone = fields.String(validate=validate.Regexp(E164, error="Not a valid E.164 phone number."))
+    device_token = fields.String(validate=validate.Length(1, 4096))
+    url = fields.Url(schemes={"http", "https"}, require_tld=False)
+
+    @pre_load
+    def strip_spaces(self, data: Any, **_: Any) -> Any:
+        """Surrounding spaces are a copy-paste accident, never part of an address."""
+        if isinstance(data, dict):
+            return {k: v.strip() if isinstance(v, str) else v for k, v in data.items()}
+        return data
+
+    @validates_schema
+    def exactly_one(self, data: dict[str, Any], **_: Any) -> None:
+        if len(data) != 1:
+            raise ValidationError(
+                "Give exactly one of subscriber_id, email, phone, device_token, url.", "_schema"
+            )
+
+
+class ContentSchema(Schema):
+    subject = fields.String(validate=validate.Length(1, 998))
+    text = fields.String(validate=validate.Length(1, MAX_TEXT))
+    html = fields.String(validate=validate.Length(1, MAX_TEXT))
+    title = fields.String(validate=validate.Length(1, 256))
+
+
+class SendSchema(Schema):
+    channel = fields.Enum(Channel, by_value=True, required=True)
+    to = fields.Nested(RecipientSchema, required=True)
+    template = fields.String(validate=validate.Length(1, 128))
+    data = fields.Dict(keys=fields.String())
+    locale = fields.String(validate=validate.Length(1, 35))
+    content = fields.Nested(ContentSchema)
+    category = fields.String(validate=validate.Regexp(r"^[a-z0-9_.-]{1,64}$"))
+    priority = fields.Enum(Priority, by_value=True, load_default=Priority.TRANSACTIONAL)
+    scheduled_at = fields.AwareDateTime(allow_none=True)
+    metadata = fields.Dict(keys=fields.String())
+
+    @validates_schema
+    def content_and_recipient_fit(self, data: dict[str, Any], **_: Any) -> None:
+        errors: dict[str, list[str]] = {}
+        if ("template" in data) == ("content" in data):
+            errors["content"] = ["Give either template or content, not both and not neither."]
+        channel, to = data.get("channel"), data.get("to") or {}
+        kind = next(iter(to), None)
+        expected = ADDRESS_FOR_CHANNEL.get(channel)
+        if kind not in (None, "subscriber_id", expected):
+            errors["to"] = [f"A {channel} message goes to a subscriber_id or {expected}, not {kind}."]
+        content = data.get("content") or {}
+        if channel is Channel.EMAIL and "content" in data:
+            if "subject" not in content:
+                errors.setdefault("content", []).append("An email needs a subject.")
+            if not ({"text", "html"} & content.keys()):
+                errors.setdefault("content", []).append("An email needs text or html.")
+        elif "content" in data and not ({"text", "title"} & content.keys()):
+            errors.setdefault("content", []).append(f"A {channel} message needs text or title.")
+        if errors:
+            raise ValidationError(errors)
+
+
+class AcceptedSchema(Schema):
+    id = fields.String()
+    status = fields.String()
+    created_at = fields.DateTime()
+
+
+class EventSchema(Schema):
+    type = fields.String()
+    at = fields.DateTime()
+    data = fields.Dict()
+
+
+class MessageSchema(Schema):
+    id = fields.String()
+    channel = fields.String()
+    to = fields.Dict()
+    subscriber_id = fields.String(allow_none=True)
+    status = fields.String()
+    priority = fields.String()
+    category = fields.String(allow_none=True)
+    template = fields.String(allow_none=True)
+    template_version = fields.Integer(allow_none=True)
+    batch_id = fields.String(allow_none=True)
+    attempts = fields.Integer()
+    provider = fields.String(allow_none=True)
+    provider_message_id = fields.String(allow_none=True)
+    error = fields.String(allow_none=True)
+    scheduled_at = fields.DateTime(allow_none=True)
+    created_at = fields.DateTime()
+    updated_at = fields.DateTime()
+    sent_at = fields.DateTime(allow_none=True)
+    metadata = fields.Dict()
+    events = fields.List(fields.Nested(EventSchema))

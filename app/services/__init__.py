@@ -1,0 +1,1 @@
+"""Service functions: each owns its transaction and the business rules of one area."""

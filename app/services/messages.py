@@ -1,0 +1,190 @@
+"""Accepting notifications and reporting on them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.auth import Caller
+from app.db import enqueue_after_commit
+from app.enums import Channel, EventType, MessageStatus
+from app.errors import abort, field_error, uuid_or_404
+from app.models import Event, Message, MessageContent
+from app.schemas import ADDRESS_FOR_CHANNEL
+from tasks import dispatch
+
+INVALID = "Invalid request."
+
+
+@dataclass(frozen=True)
+class Accepted:
+    body: dict[str, Any]
+    replayed: bool
+
+
+def accept(
+    db: sessionmaker[Session],
+    caller: Caller,
+    data: dict[str, Any],
+    raw_body: Any,
+    idempotency_key: str | None,
+) -> Accepted:
+    """Record one notification and, once committed, hand it to the pipeline.
+
+    With an Idempotency-Key, the insert and the replay check are one statement: of two
+    concurrent requests with the same key, one inserts and the other replays.
+    """
+    channel: Channel = data["channel"]
+    _check_can_send(caller, channel, data)
+    kind, value = next(iter(data["to"].items()))
+    scheduled_at = data.get("scheduled_at")
+    status = (
+        MessageStatus.SCHEDULED
+        if scheduled_at is not None and scheduled_at > datetime.now(UTC)
+        else MessageStatus.ACCEPTED
+    )
+    content = data.get("content") or {}
+    with db.begin() as session:
+        row = session.execute(
+            insert(Message)
+            .values(
+                project_id=caller.project_id,
+                channel=channel,
+                status=status,
+                priority=data["priority"],
+                category=data.get("category"),
+                subscriber_id=value if kind == "subscriber_id" else None,
+                to_address=None if kind == "subscriber_id" else normalise_address(kind, value),
+                test=caller.is_test,
+                idempotency_key=idempotency_key,
+                request_hash=request_fingerprint(raw_body) if idempotency_key else None,
+                scheduled_at=scheduled_at,
+            )
+            .on_conflict_do_nothing(constraint="uq_messages_project_idempotency_key")
+            .returning(Message.id, Message.created_at)
+        ).first()
+        if row is None:
+            return _replay(session, caller.project_id, idempotency_key, raw_body)
+        session.add(
+            MessageContent(
+                message_id=row.id,
+                subject=content.get("subject") or content.get("title"),
+                text=content.get("text"),
+                html=content.get("html"),
+                data=data.get("data") or {},
+                meta=data.get("metadata") or {},
+            )
+        )
+        if status is MessageStatus.ACCEPTED:
+            for signature in dispatch.prepare([str(row.id)], data["priority"]):
+                enqueue_after_commit(session, signature)
+    return Accepted({"id": str(row.id), "status": status.value, "created_at": row.created_at}, replayed=False)
+
+
+def _check_can_send(caller: Caller, channel: Channel, data: dict[str, Any]) -> None:
+    if channel.value not in caller.channels:
+        field_error(
+            422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project."
+        )
+    if channel is Channel.IN_APP:
+        field_error(422, INVALID, "json", "channel", "The in_app channel is not available in this version.")
+    if "template" in data:
+        field_error(422, INVALID, "json", "template", f"Unknown template {data['template']!r}.")
+
+
+def normalise_address(kind: str, value: str) -> str:
+    """Addresses are compared after normalising; an email's case and spaces never matter."""
+    return value.strip().lower() if kind == "email" else value.strip()
+
+
+def request_fingerprint(raw_body: Any) -> str:
+    canonical = json.dumps(raw_body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replay(session: Session, project_id: str, idempotency_key: str | None, raw_body: Any) -> Accepted:
+    original = session.execute(
+        select(Message.id, Message.created_at, Message.scheduled_at, Message.request_hash).where(
+            Message.project_id == project_id, Message.idempotency_key == idempotency_key
+        )
+    ).one()
+    if original.request_hash != request_fingerprint(raw_body):
+        abort(409, "This Idempotency-Key was used with a different request body.")
+    was_scheduled = original.scheduled_at is not None and original.scheduled_at > original.created_at
+    status = MessageStatus.SCHEDULED if was_scheduled else MessageStatus.ACCEPTED
+    body = {"id": str(original.id), "status": status.value, "created_at": original.created_at}
+    return Accepted(body, replayed=True)
+
+
+def get_message(db: sessionmaker[Session], project_id: str, message_id: str) -> dict[str, Any]:
+    """A message and its timeline; another project's message is a 404, as if it did not exist."""
+    key = uuid_or_404(message_id, "message")
+    with db() as session:
+        found = session.execute(
+            select(Message, MessageContent.meta)
+            .outerjoin(MessageContent, MessageContent.message_id == Message.id)
+            .where(Message.id == key, Message.project_id == project_id)
+        ).first()
+        if found is None:
+            abort(404, f"No message {message_id!r}.")
+        stored = session.scalars(
+            select(Event).where(Event.message_id == key).order_by(Event.at, Event.id)
+        ).all()
+    message, meta = found
+    address_kind = ADDRESS_FOR_CHANNEL.get(message.channel)
+    return {
+        "id": str(message.id),
+        "channel": message.channel.value,
+        "to": {address_kind: message.to_address} if message.to_address and address_kind else {},
+        "subscriber_id": message.subscriber_id,
+        "status": message.status.value,
+        "priority": message.priority.value,
+        "category": message.category,
+        "template": message.template,
+        "template_version": message.template_version,
+        "batch_id": str(message.batch_id) if message.batch_id else None,
+        "attempts": message.attempts,
+        "provider": message.provider,
+        "provider_message_id": message.provider_message_id,
+        "error": message.error,
+        "scheduled_at": message.scheduled_at,
+        "created_at": message.created_at,
+        "updated_at": message.updated_at,
+        "sent_at": message.sent_at,
+        "metadata": meta or {},
+        "events": timeline(message, stored),
+    }
+
+
+def timeline(message: Message, stored: list[Event]) -> list[dict[str, Any]]:
+    """Every status the message passed through, oldest first.
+
+    The happy path is read off the message's own timestamps, so a delivered message costs
+    no event rows; stored events add what a row cannot tell (failures, retries, …).
+    """
+    test = {"test": True} if message.test else {}
+    was_scheduled = message.scheduled_at is not None and message.scheduled_at > message.created_at
+    derived: list[tuple[datetime | None, EventType, dict[str, Any]]] = [
+        (message.created_at, EventType.SCHEDULED if was_scheduled else EventType.ACCEPTED, dict(test)),
+        (message.ready_at, EventType.READY, {}),
+        (message.claimed_at, EventType.SENDING, {"attempt": message.attempts}),
+        (message.sent_at, EventType.SENT, _sent_data(message)),
+    ]
+    entries = [(at, kind.value, data) for at, kind, data in derived if at is not None]
+    entries += [(event.at, event.type.value, event.data) for event in stored]
+    entries.sort(key=lambda entry: entry[0])
+    return [{"type": kind, "at": at, "data": data} for at, kind, data in entries]
+
+
+def _sent_data(message: Message) -> dict[str, Any]:
+    data: dict[str, Any] = {"provider": message.provider, "provider_message_id": message.provider_message_id}
+    if message.test:
+        data.update(test=True, note="test key: handled by the log provider, never a real provider")
+    return data

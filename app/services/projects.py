@@ -1,0 +1,94 @@
+"""Projects (tenants) and their API keys."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.auth import PREFIX_LENGTH, hash_key, new_key
+from app.enums import KeyKind
+from app.errors import abort, uuid_or_404
+from app.models import ApiKey, Project
+
+
+def create_project(db: sessionmaker[Session], data: dict[str, Any]) -> Project:
+    values = {"id": data.get("id") or f"p-{secrets.token_hex(6)}", **data}
+    with db.begin() as session:
+        project = session.scalars(
+            insert(Project).values(values).on_conflict_do_nothing(index_elements=["id"]).returning(Project)
+        ).first()
+    if project is None:
+        abort(409, f"Project {values['id']!r} exists already.")
+    return project
+
+
+def list_projects(db: sessionmaker[Session]) -> list[Project]:
+    with db() as session:
+        return list(session.scalars(select(Project).order_by(Project.created_at, Project.id)))
+
+
+def get_project(db: sessionmaker[Session], project_id: str) -> Project:
+    with db() as session:
+        return _existing(session, project_id)
+
+
+def update_project(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> Project:
+    with db.begin() as session:
+        project = _existing(session, project_id)
+        for name, value in data.items():
+            setattr(project, name, value)
+    return project
+
+
+def delete_project(db: sessionmaker[Session], project_id: str) -> None:
+    """Delete a project with everything it owns (keys, subscribers, messages, events)."""
+    with db.begin() as session:
+        if session.execute(delete(Project).where(Project.id == project_id)).rowcount == 0:
+            abort(404, f"No project {project_id!r}.")
+
+
+def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyKind) -> dict[str, Any]:
+    """Make a key; the answer is the only place the key itself ever appears."""
+    key = new_key(kind)
+    with db.begin() as session:
+        _existing(session, project_id)
+        row = ApiKey(
+            project_id=project_id, name=name, kind=kind, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key)
+        )
+        session.add(row)
+        session.flush()
+        session.refresh(row)
+    return {
+        "id": str(row.id),
+        "name": name,
+        "kind": kind.value,
+        "prefix": row.prefix,
+        "key": key,
+        "created_at": row.created_at,
+    }
+
+
+def revoke_key(db: sessionmaker[Session], project_id: str, key_id: str) -> None:
+    with db.begin() as session:
+        revoked = session.execute(
+            update(ApiKey)
+            .where(
+                ApiKey.id == uuid_or_404(key_id, "key"),
+                ApiKey.project_id == project_id,
+                ApiKey.revoked_at.is_(None),
+            )
+            .values(revoked_at=func.now())
+        ).rowcount
+    if revoked == 0:
+        abort(404, f"No active key {key_id!r} in project {project_id!r}.")
+
+
+def _existing(session: Session, project_id: str) -> Project:
+    project = session.get(Project, project_id)
+    if project is None:
+        abort(404, f"No project {project_id!r}.")
+    return project

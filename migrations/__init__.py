@@ -1,0 +1,1 @@
+"""Alembic environment and versions; `tidings db upgrade` runs them."""

@@ -1,0 +1,58 @@
+"""The `fake` provider: a small JSON batch API, for load tests and fault tests.
+
+It speaks to `FAKE_PROVIDER_URL` the way a real batch provider would: one POST per batch,
+each message keyed by our message id (the provider's idempotency key), an answer per
+message, 429 with Retry-After, 5xx.
+
+    POST {url}/messages  {"messages": [{"id", "channel", "to", "subject", "text", "html"}]}
+    200 {"results": [{"id": "...", "status": "accepted" | "rejected", "provider_id", "error"}]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Self
+
+from providers.base import HttpClient, Outbound, Outcome, SendResult
+
+
+class FakeProvider:
+    name: ClassVar[str] = "fake"
+    channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
+    max_batch: ClassVar[int] = 100
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.client = HttpClient(url, timeout=timeout)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        url = env.get("FAKE_PROVIDER_URL", "").strip()
+        if not url:
+            raise ValueError("FAKE_PROVIDER_URL is not set")
+        return cls(url, timeout=float(env.get("FAKE_PROVIDER_TIMEOUT", "10")))
+
+    def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
+        payload = {
+            "messages": [
+                {
+                    "id": m.message_id,
+                    "channel": m.channel,
+                    "to": m.to,
+                    "subject": m.subject,
+                    "text": m.text,
+                    "html": m.html,
+                }
+                for m in batch
+            ]
+        }
+        answer = self.client.post_json("/messages", payload)
+        by_id = {item["id"]: item for item in (answer or {}).get("results", [])}
+        return [self._result(m.message_id, by_id.get(m.message_id)) for m in batch]
+
+    @staticmethod
+    def _result(message_id: str, item: Mapping | None) -> SendResult:
+        if item is None:
+            return SendResult(message_id, Outcome.TRANSIENT, error="missing from the provider's answer")
+        if item.get("status") == "accepted":
+            return SendResult(message_id, Outcome.SENT, provider_message_id=item.get("provider_id"))
+        return SendResult(message_id, Outcome.PERMANENT, error=item.get("error") or "rejected")

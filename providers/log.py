@@ -1,0 +1,44 @@
+"""The `log` provider: sends nothing, logs and records what it would have sent.
+
+It is the default for every channel and the only provider test keys ever reach, so a
+whole pipeline can run on a laptop or in CI without an account anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Self
+
+from providers.base import Outbound, Outcome, SendResult
+
+logger = logging.getLogger(__name__)
+
+
+class LogProvider:
+    name: ClassVar[str] = "log"
+    channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
+    max_batch: ClassVar[int] = 500
+
+    # What this process would have sent, newest last; bounded so a long run cannot grow it.
+    record: ClassVar[deque[Outbound]] = deque(maxlen=100_000)
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        return cls()
+
+    def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
+        with self._lock:
+            self.record.extend(batch)
+        for message in batch:
+            logger.info(
+                "log provider: %s to %s: %s", message.channel, message.to, message.subject or message.text
+            )
+        return [
+            SendResult(m.message_id, Outcome.SENT, provider_message_id=f"log-{uuid.uuid4().hex}")
+            for m in batch
+        ]

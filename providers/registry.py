@@ -1,0 +1,20 @@
+"""Provider names → adapter classes; configuration picks one per channel by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from providers.base import Provider
+from providers.fake import FakeProvider
+from providers.log import LogProvider
+
+PROVIDERS: dict[str, type[Provider]] = {cls.name: cls for cls in (LogProvider, FakeProvider)}
+
+
+def names() -> list[str]:
+    return sorted(PROVIDERS)
+
+
+def build(name: str, env: Mapping[str, str]) -> Provider:
+    """Instantiate the adapter `name` from its settings; ValueError when one is missing."""
+    return PROVIDERS[name].from_env(env)

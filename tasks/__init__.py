@@ -1,0 +1,1 @@
+"""Celery tasks: the delivery pipeline (prepare → deliver) and its beat work."""

@@ -1,0 +1,84 @@
+"""The Celery application, configured for at-least-once delivery.
+
+Tasks carry ids only and every stage re-checks row status, so a message delivered twice
+by the broker does no harm; what must never happen is a message silently dropped. Hence
+late acknowledgement, re-queue on a lost worker, JSON only and no result backend.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from app.config import Settings
+from app.db import engine_for
+from tasks.queues import MAINTENANCE_QUEUE, worker_queues
+
+celery_app = Celery("tidings", include=["tasks.pipeline", "tasks.maintenance"])
+
+_settings: Settings | None = None
+
+# Beat work: releasing due rows must be prompt; the sweep is a safety net.
+BEAT_SCHEDULE = {
+    "release-due": {"task": "tidings.release_due", "schedule": 1.0},
+    "sweep": {"task": "tidings.sweep", "schedule": 30.0},
+}
+
+
+def configure(settings: Settings) -> Celery:
+    """Point the app at the broker and remember the settings for the tasks."""
+    global _settings
+    _settings = settings
+    transport_options = {
+        # Longer than any countdown we use, or Redis re-delivers the waiting message.
+        "visibility_timeout": settings.visibility_timeout,
+        "queue_order_strategy": "priority",
+        "socket_connect_timeout": 2,
+        "socket_timeout": 5,
+    }
+    celery_app.conf.update(
+        broker_url=settings.broker_url,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=2,
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_time_limit=300,
+        task_soft_time_limit=240,
+        task_default_queue=MAINTENANCE_QUEUE,
+        task_routes={"tidings.release_due": MAINTENANCE_QUEUE, "tidings.sweep": MAINTENANCE_QUEUE},
+        worker_prefetch_multiplier=4,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        worker_hijack_root_logger=False,
+        beat_schedule=BEAT_SCHEDULE,
+        timezone="UTC",
+    )
+    return celery_app
+
+
+def settings() -> Settings:
+    """The settings of this process, read from the environment on first use."""
+    if _settings is None:
+        configure(Settings.from_env())
+    assert _settings is not None
+    return _settings
+
+
+def active_providers(settings: Settings) -> list[str]:
+    """Providers this deployment routes to: the configured ones, and `log` for test keys."""
+    return sorted({*settings.providers.values(), "log"})
+
+
+def all_queues(settings: Settings) -> list[str]:
+    return worker_queues(active_providers(settings))
+
+
+@worker_process_init.connect
+def _fresh_connections_after_fork(**_: object) -> None:
+    """A forked pool child must not share its parent's database sockets."""
+    if _settings is not None:
+        engine_for(_settings.database_url).dispose(close=False)

@@ -1,0 +1,33 @@
+"""Queue names: one lane per stage, provider and priority.
+
+Workers list transactional lanes first and consume them in that order, so a password
+reset never waits behind a campaign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from app.enums import Priority
+
+MAINTENANCE_QUEUE = "maintenance"
+PRIORITIES_IN_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
+
+
+def prepare_queue(priority: str) -> str:
+    return f"prepare.{priority}"
+
+
+def deliver_queue(provider: str, priority: str) -> str:
+    return f"deliver.{provider}.{priority}"
+
+
+def worker_queues(providers: Iterable[str]) -> list[str]:
+    """Every queue we route to, highest priority first."""
+    names = sorted(set(providers))
+    queues: list[str] = []
+    for priority in PRIORITIES_IN_ORDER:
+        queues.append(prepare_queue(priority))
+        queues.extend(deliver_queue(provider, priority) for provider in names)
+    queues.append(MAINTENANCE_QUEUE)
+    return queues

@@ -1,0 +1,168 @@
+"""Set-based reads and writes of the pipeline: one statement per step and batch.
+
+These functions take a session and never commit; the task that calls them owns the
+transaction. Every status change is conditional on the status the step expects, which is
+what makes a duplicated task message harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, text
+from sqlalchemy.orm import Session
+
+from app.enums import MessageStatus
+
+
+@dataclass(frozen=True)
+class Finalised:
+    """One message's fate after a provider call, as the finalise statement writes it."""
+
+    message_id: str
+    status: MessageStatus
+    provider_message_id: str | None = None
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+    refund_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    message_id: str
+    project_id: str
+    type: str
+    data: dict[str, Any]
+
+
+def load_for_prepare(session: Session, ids: Sequence[str]) -> Sequence[Row]:
+    """Accepted messages with their subscriber's addresses; rows another worker holds are skipped."""
+    return session.execute(
+        text(
+            """
+            SELECT m.id::text AS id, m.project_id, m.channel, m.priority, m.test, m.to_address,
+                   m.subscriber_id, s.email, s.phone, s.push_tokens, s.data AS subscriber_data
+            FROM messages m
+            LEFT JOIN subscribers s
+              ON s.project_id = m.project_id AND s.external_id = m.subscriber_id
+            WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.status = 'accepted'
+            FOR UPDATE OF m SKIP LOCKED
+            """
+        ),
+        {"ids": list(ids)},
+    ).all()
+
+
+def mark_ready(
+    session: Session, ids: Sequence[str], providers: Sequence[str], addresses: Sequence[str]
+) -> None:
+    session.execute(
+        text(
+            """
+            UPDATE messages m
+            SET status = 'ready', provider = v.provider, to_address = v.address,
+                ready_at = now(), updated_at = now()
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:providers AS text[]), CAST(:addresses AS text[]))
+                 AS v(id, provider, address)
+            WHERE m.id = v.id AND m.status = 'accepted'
+            """
+        ),
+        {"ids": list(ids), "providers": list(providers), "addresses": list(addresses)},
+    )
+
+
+def fail_unsendable(session: Session, failures: Sequence[tuple[str, str]]) -> Sequence[Row]:
+    """Accepted messages that cannot be sent at all (no address): `failed`, with the reason."""
+    if not failures:
+        return []
+    return session.execute(
+        text(
+            """
+            UPDATE messages m SET status = 'failed', error = v.error, updated_at = now()
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[])) AS v(id, error)
+            WHERE m.id = v.id AND m.status = 'accepted'
+            RETURNING m.id::text AS id, m.project_id, v.error
+            """
+        ),
+        {"ids": [i for i, _ in failures], "errors": [e for _, e in failures]},
+    ).all()
+
+
+def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
+    """Take messages for sending: ready ones, and retrying ones whose wait is over.
+
+    The conditional UPDATE is the guard against double sends: of two workers holding the
+    same ids, only one gets rows back.
+    """
+    return session.execute(
+        text(
+            """
+            UPDATE messages m
+            SET status = 'sending', attempts = m.attempts + 1, claimed_at = now(), updated_at = now(),
+                next_attempt_at = NULL
+            FROM message_contents c
+            WHERE c.message_id = m.id
+              AND m.id = ANY(CAST(:ids AS uuid[]))
+              AND m.provider = :provider
+              AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
+            RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
+                      c.subject, c.text, c.html, c.metadata
+            """
+        ),
+        {"ids": list(ids), "provider": provider},
+    ).all()
+
+
+def finalise(session: Session, outcomes: Sequence[Finalised]) -> None:
+    """Write every message's fate after a provider call in one statement."""
+    if not outcomes:
+        return
+    session.execute(
+        text(
+            """
+            UPDATE messages m
+            SET status = v.status, provider_message_id = v.provider_message_id, error = v.error,
+                next_attempt_at = v.next_attempt_at, attempts = m.attempts - v.refund,
+                sent_at = CASE WHEN v.status = 'sent' THEN now() ELSE m.sent_at END,
+                updated_at = now()
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[]), CAST(:provider_ids AS text[]),
+                        CAST(:errors AS text[]), CAST(:next_attempts AS timestamptz[]),
+                        CAST(:refunds AS smallint[]))
+                 AS v(id, status, provider_message_id, error, next_attempt_at, refund)
+            WHERE m.id = v.id AND m.status = 'sending'
+            """
+        ),
+        {
+            "ids": [o.message_id for o in outcomes],
+            "statuses": [o.status.value for o in outcomes],
+            "provider_ids": [o.provider_message_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "next_attempts": [o.next_attempt_at for o in outcomes],
+            "refunds": [int(o.refund_attempt) for o in outcomes],
+        },
+    )
+
+
+def record_events(session: Session, events: Sequence[NewEvent]) -> None:
+    """Insert the events that cannot be derived from the message row, in one statement."""
+    if not events:
+        return
+    session.execute(
+        text(
+            """
+            INSERT INTO events (message_id, project_id, type, data)
+            SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:projects AS text[]),
+                                 CAST(:types AS text[]), CAST(:data AS jsonb[]))
+            """
+        ),
+        {
+            "ids": [e.message_id for e in events],
+            "projects": [e.project_id for e in events],
+            "types": [e.type for e in events],
+            "data": [json.dumps(e.data) for e in events],
+        },
+    )

@@ -1,0 +1,80 @@
+"""Accepting a send and reading it back, idempotency included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+
+from tests.conftest import email
+
+
+def test_send_answers_202_with_the_id(project):
+    answer = project.send(email())
+    assert answer.status_code == 202
+    body = answer.get_json()
+    assert body["status"] == "accepted"
+    assert set(body) == {"id", "status", "created_at"}
+    assert body["created_at"].endswith("+00:00")
+
+
+def test_send_records_the_message_as_given(project):
+    message_id = project.send(
+        email(to=" Ada@Example.COM ", category="account", metadata={"order": "A-17"})
+    ).get_json()["id"]
+    message = project.get(message_id).get_json()
+    assert message["to"] == {"email": "ada@example.com"}
+    assert message["category"] == "account"
+    assert message["metadata"] == {"order": "A-17"}
+    assert message["priority"] == "transactional"
+    assert message["events"][0]["type"] == "accepted"
+
+
+def test_send_to_a_subscriber_keeps_the_subscriber_id(project):
+    body = {"channel": "email", "to": {"subscriber_id": "u42"}, "content": {"subject": "s", "text": "t"}}
+    message = project.get(project.send(body).get_json()["id"]).get_json()
+    assert message["subscriber_id"] == "u42"
+
+
+def test_future_scheduled_at_answers_scheduled(project):
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    answer = project.send(email(scheduled_at=later))
+    assert answer.status_code == 202
+    assert answer.get_json()["status"] == "scheduled"
+    assert project.get(answer.get_json()["id"]).get_json()["events"][0]["type"] == "scheduled"
+
+
+def test_same_idempotency_key_and_body_replays_the_original_answer(project, engine):
+    first = project.send(email(), **{"Idempotency-Key": "order-17"})
+    again = project.send(email(), **{"Idempotency-Key": "order-17"})
+    assert first.status_code == again.status_code == 202
+    assert again.get_json() == first.get_json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    with engine.connect() as connection:
+        count = connection.execute(
+            text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": project.id}
+        ).scalar_one()
+    assert count == 1
+
+
+def test_same_idempotency_key_with_another_body_is_409(project):
+    assert project.send(email("One"), **{"Idempotency-Key": "k1"}).status_code == 202
+    conflict = project.send(email("Two"), **{"Idempotency-Key": "k1"})
+    assert conflict.status_code == 409
+    assert conflict.get_json()["message"] == "This Idempotency-Key was used with a different request body."
+
+
+def test_idempotency_keys_are_per_project(client, project):
+    from tests.conftest import create_project
+
+    other = create_project(client)
+    first = project.send(email(), **{"Idempotency-Key": "shared"}).get_json()["id"]
+    second = other.send(email(), **{"Idempotency-Key": "shared"}).get_json()["id"]
+    assert first != second
+
+
+def test_openapi_spec_describes_the_routes(client):
+    spec = client.get("/openapi.json").get_json()
+    assert {"/v1/messages", "/v1/messages/{message_id}", "/v1/admin/projects"} <= set(spec["paths"])
+    assert client.get("/docs").status_code == 200

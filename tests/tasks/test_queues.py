@@ -1,0 +1,37 @@
+"""Every queue a task can be routed to has a worker listening on it."""
+
+from __future__ import annotations
+
+from app.enums import Priority
+from tasks import dispatch
+from tasks.celery_app import active_providers, all_queues, celery_app
+from tasks.queues import MAINTENANCE_QUEUE
+
+
+def routed_queues(settings) -> set[str]:
+    queues = set()
+    for priority in Priority:
+        queues |= {s.options["queue"] for s in dispatch.prepare(["x"], priority)}
+        for provider in active_providers(settings):
+            queues |= {s.options["queue"] for s in dispatch.deliver(provider, priority, ["x"])}
+    for name in ("tidings.release_due", "tidings.sweep"):
+        queues.add(celery_app.amqp.router.route({}, name)["queue"].name)
+    return queues
+
+
+def test_the_worker_listens_on_every_routed_queue(worker, settings):
+    listening = {queue.name for queue in worker.app.amqp.queues.consume_from.values()}
+    assert routed_queues(settings) <= listening
+    assert MAINTENANCE_QUEUE in listening
+
+
+def test_transactional_lanes_come_first(settings):
+    queues = all_queues(settings)
+    last_transactional = max(i for i, q in enumerate(queues) if q.endswith(".transactional"))
+    first_bulk = min(i for i, q in enumerate(queues) if q.endswith(".bulk"))
+    assert last_transactional < first_bulk
+
+
+def test_deliver_lanes_cover_the_log_provider_for_test_keys(settings):
+    assert "deliver.log.transactional" in all_queues(settings)
+    assert "deliver.fake.transactional" in all_queues(settings)

@@ -1,0 +1,100 @@
+"""Settings: read from the environment, and a bad one stops start-up with one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.config import ConfigError, Settings
+from app.enums import Channel
+from tests.conftest import make_env
+
+GOOD = make_env("postgresql://postgres@127.0.0.1:5432/x", "redis://127.0.0.1:6379/0")
+
+
+def test_defaults():
+    settings = Settings.from_env(GOOD)
+    assert settings.database_url == "postgresql+psycopg2://postgres@127.0.0.1:5432/x"
+    assert settings.broker_url == settings.redis_url
+    assert settings.providers[Channel.EMAIL] == "log"
+    assert settings.port == 8000
+
+
+def test_broker_may_be_rabbitmq():
+    settings = Settings.from_env({**GOOD, "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"})
+    assert settings.broker_url.startswith("amqp://")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"DATABASE_URL": ""}, "DATABASE_URL is not set"),
+        (
+            {"DATABASE_URL": "mysql://x"},
+            "DATABASE_URL must start with one of postgresql://, postgres://, "
+            "postgresql+psycopg2://; got 'mysql://x'",
+        ),
+        (
+            {"REDIS_URL": "localhost:6379"},
+            "REDIS_URL must start with one of redis://, rediss://, unix://; got 'localhost:6379'",
+        ),
+        (
+            {"CELERY_BROKER_URL": "kafka://x"},
+            "CELERY_BROKER_URL must start with one of redis://, rediss://, "
+            "amqp://, amqps://; got 'kafka://x'",
+        ),
+        ({"TIDINGS_ADMIN_KEY": "short"}, "TIDINGS_ADMIN_KEY must be at least 16 characters long"),
+        ({"TIDINGS_PORT": "eighty"}, "TIDINGS_PORT must be a whole number; got 'eighty'"),
+        ({"TIDINGS_PORT": "70000"}, "TIDINGS_PORT must be from 1 to 65535; got 70000"),
+        (
+            {"EMAIL_PROVIDER": "carrier-pigeon"},
+            "EMAIL_PROVIDER must be one of fake, log; got 'carrier-pigeon'",
+        ),
+        ({"EMAIL_PROVIDER": "fake"}, "EMAIL_PROVIDER=fake: FAKE_PROVIDER_URL is not set"),
+    ],
+)
+def test_bad_settings_name_the_setting(change, message):
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env({**GOOD, **change})
+    assert str(raised.value) == message
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("command", [("api",), ("worker",), ("db", "upgrade")])
+def test_malformed_database_url_stops_start_up_with_one_line(command):
+    result = run_cli(*command, **{**GOOD, "DATABASE_URL": "mysql://db.example/x"})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "tidings: DATABASE_URL must start with one of postgresql://, postgres://, postgresql+psycopg2://; "
+        "got 'mysql://db.example/x'"
+    ]
+
+
+def test_unreachable_database_stops_start_up_with_one_line():
+    result = run_cli("api", **{**GOOD, "DATABASE_URL": "postgresql://postgres@127.0.0.1:9/nowhere"})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("tidings: cannot reach PostgreSQL: ")
+
+
+def test_help_lists_the_commands():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("api", "worker", "beat", "flower", "db", "dev"):
+        assert command in result.stdout
