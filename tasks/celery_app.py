@@ -14,7 +14,7 @@ from app.config import Settings
 from app.db import engine_for
 from tasks.queues import MAINTENANCE_QUEUE, worker_queues
 
-celery_app = Celery("tidings", include=["tasks.pipeline", "tasks.maintenance"])
+celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance"])
 
 _settings: Settings | None = None
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from providers.log import LogProvider
 from tasks import dispatch
-from tasks.pipeline import deliver
+from tasks.deliver import deliver
 from tests.conftest import email
 from tests.provider_server import json_response
 

@@ -1,4 +1,4 @@
-"""The two pipeline stages: prepare (resolve, route) and deliver (claim, send, finalise)."""
+"""Deliver: claim, send through the provider adapter in its batch size, finalise."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 
 from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from app.db import enqueue_after_commit, session_scope
-from app.enums import Channel, EventType, MessageStatus
+from app.enums import EventType, MessageStatus
 from providers import registry
 from providers.base import Outbound, Outcome, Provider, ProviderError, RateLimited, SendResult
 from tasks import dispatch, store
@@ -23,49 +24,6 @@ logger = logging.getLogger(__name__)
 # Retry waits up to this long ride on a Celery countdown; longer ones are parked in
 # PostgreSQL and released by `release_due`, so no countdown nears the visibility timeout.
 MAX_COUNTDOWN = 15 * 60
-
-
-@celery_app.task(name="tidings.prepare")
-def prepare(ids: list[str]) -> None:
-    """Resolve each accepted message's address and provider, then hand it to its deliver lane."""
-    config = settings()
-    with session_scope(config.database_url) as session:
-        rows = store.load_for_prepare(session, ids)
-        ready: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-        unsendable: list[tuple[str, str]] = []
-        for row in rows:
-            address = row.to_address or subscriber_address(row)
-            if address is None:
-                unsendable.append((row.id, f"subscriber {row.subscriber_id!r} has no {row.channel} address"))
-                continue
-            provider = "log" if row.test else config.providers[Channel(row.channel)]
-            ready[(provider, row.priority)].append((row.id, address))
-        failed = store.fail_unsendable(session, unsendable)
-        store.record_events(
-            session,
-            [store.NewEvent(r.id, r.project_id, EventType.FAILED, {"reason": r.error}) for r in failed],
-        )
-        for (provider, priority), pairs in ready.items():
-            message_ids = [message_id for message_id, _ in pairs]
-            store.mark_ready(session, message_ids, [provider] * len(pairs), [a for _, a in pairs])
-            for signature in dispatch.deliver(provider, priority, message_ids):
-                enqueue_after_commit(session, signature)
-
-
-def subscriber_address(row: Row) -> str | None:
-    """The address a subscriber has for the message's channel, if any."""
-    if row.subscriber_id is None:
-        return None
-    match row.channel:
-        case Channel.EMAIL:
-            return row.email
-        case Channel.SMS:
-            return row.phone
-        case Channel.PUSH:
-            return row.push_tokens[0] if row.push_tokens else None
-        case Channel.WEBHOOK:
-            return (row.subscriber_data or {}).get("webhook_url")
-    return None
 
 
 @cache
@@ -178,7 +136,11 @@ def events_for(outcomes: Sequence[store.Finalised], claimed: Sequence[Row]) -> l
 
 
 def republish(
-    session, provider: str, outcomes: Sequence[store.Finalised], claimed: Sequence[Row], retry_after: float
+    session: Session,
+    provider: str,
+    outcomes: Sequence[store.Finalised],
+    claimed: Sequence[Row],
+    retry_after: float,
 ) -> None:
     """Queue the next deliver for messages that wait briefly: rate-limited and short retries."""
     priority = {row.id: row.priority for row in claimed}
