@@ -22,6 +22,10 @@ class ConfigError(Exception):
 
 DELIVERING_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH, Channel.WEBHOOK)
 
+# The longest wait that rides on a Celery countdown; longer ones are parked in PostgreSQL.
+# Every countdown must stay below the broker's visibility timeout, or Redis re-delivers it.
+MAX_COUNTDOWN = 15 * 60
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -31,7 +35,13 @@ class Settings:
     admin_key: str
     secret_key: str
     providers: Mapping[Channel, str]
-    max_attempts: int = 5
+    max_attempts: Mapping[Channel, int] = field(default_factory=dict)
+    # Messages per second each provider may take, shared by every worker; None: no limit.
+    rates: Mapping[str, float | None] = field(default_factory=dict)
+    retry_delay_scale: float = 1.0
+    claim_timeout: int = 600
+    stalled_after: int = 60
+    sweep_interval: float = 30.0
     host: str = "127.0.0.1"
     port: int = 8000
     flower_port: int = 5555
@@ -46,6 +56,7 @@ class Settings:
         providers = {
             channel: _provider(env, f"{channel.upper()}_PROVIDER") for channel in DELIVERING_CHANNELS
         }
+        default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
         return cls(
             database_url=_database_url(env),
             redis_url=redis_url,
@@ -53,12 +64,20 @@ class Settings:
             admin_key=_secret(env, "TIDINGS_ADMIN_KEY"),
             secret_key=_secret(env, "TIDINGS_SECRET_KEY"),
             providers=providers,
-            max_attempts=_int(env, "MAX_ATTEMPTS", 5, minimum=1),
+            max_attempts={
+                channel: _int(env, f"{channel.upper()}_MAX_ATTEMPTS", default_attempts, minimum=1)
+                for channel in DELIVERING_CHANNELS
+            },
+            rates=_rates(env, providers),
+            retry_delay_scale=_float(env, "RETRY_DELAY_SCALE", 1.0, minimum=0.001),
+            claim_timeout=_int(env, "CLAIM_TIMEOUT_SECONDS", 600, minimum=1),
+            stalled_after=_int(env, "STALLED_AFTER_SECONDS", 60, minimum=1),
+            sweep_interval=_float(env, "SWEEP_INTERVAL_SECONDS", 30.0, minimum=0.1),
             host=env.get("TIDINGS_HOST", "127.0.0.1"),
             port=_int(env, "TIDINGS_PORT", 8000, minimum=1, maximum=65535),
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
             var_dir=Path(env.get("TIDINGS_VAR_DIR", "var")),
-            visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60),
+            visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=MAX_COUNTDOWN + 60),
             environ=env,
         )
 
@@ -111,6 +130,30 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum:
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
         raise ConfigError(f"{name} must be {bounds}; got {value}")
     return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number; got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}; got {value}")
+    return value
+
+
+def _rates(env: Mapping[str, str], providers: Mapping[Channel, str]) -> dict[str, float | None]:
+    """Each provider's pace: `<PROVIDER>_RATE_PER_SEC`, else `<CHANNEL>_RATE_PER_SEC` of its channel."""
+    rates: dict[str, float | None] = {}
+    for channel, provider in providers.items():
+        for name in (f"{provider.upper()}_RATE_PER_SEC", f"{channel.upper()}_RATE_PER_SEC"):
+            if env.get(name, "").strip():
+                rates.setdefault(provider, _float(env, name, 0.0, minimum=0.01))
+                break
+    return rates
 
 
 def _provider(env: Mapping[str, str], name: str) -> str:

@@ -66,4 +66,5 @@ class EventType(StrEnum):
     SUPPRESSED = "suppressed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    REQUEUED = "requeued"
     UNKNOWN = "unknown"

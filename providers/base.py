@@ -69,6 +69,9 @@ class Provider(Protocol):
     name: ClassVar[str]
     channels: ClassVar[frozenset[str]]
     max_batch: ClassVar[int]  # 1 for providers without a batch API
+    # True when the provider de-duplicates on our message id (an idempotency key): a send
+    # interrupted mid-call may then be retried without risk of a second delivery.
+    idempotent: bool
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:

@@ -21,15 +21,21 @@ class FakeProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
     max_batch: ClassVar[int] = 100
 
-    def __init__(self, url: str, timeout: float = 10.0):
+    def __init__(self, url: str, timeout: float = 10.0, idempotent: bool = True):
         self.client = HttpClient(url, timeout=timeout)
+        # Fault tests play both kinds of provider: one that de-duplicates on our id, one that does not.
+        self.idempotent = idempotent
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
         url = env.get("FAKE_PROVIDER_URL", "").strip()
         if not url:
             raise ValueError("FAKE_PROVIDER_URL is not set")
-        return cls(url, timeout=float(env.get("FAKE_PROVIDER_TIMEOUT", "10")))
+        return cls(
+            url,
+            timeout=float(env.get("FAKE_PROVIDER_TIMEOUT", "10")),
+            idempotent=env.get("FAKE_PROVIDER_IDEMPOTENT", "true").lower() != "false",
+        )
 
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
         payload = {

@@ -12,17 +12,11 @@ from celery.signals import worker_process_init
 
 from app.config import Settings
 from app.db import engine_for
-from tasks.queues import MAINTENANCE_QUEUE, worker_queues
+from tasks.queues import BEAT_QUEUE, worker_queues
 
 celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance"])
 
 _settings: Settings | None = None
-
-# Beat work: releasing due rows must be prompt; the sweep is a safety net.
-BEAT_SCHEDULE = {
-    "release-due": {"task": "tidings.release_due", "schedule": 1.0},
-    "sweep": {"task": "tidings.sweep", "schedule": 30.0},
-}
 
 
 def configure(settings: Settings) -> Celery:
@@ -49,12 +43,20 @@ def configure(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_time_limit=300,
         task_soft_time_limit=240,
-        task_default_queue=MAINTENANCE_QUEUE,
-        task_routes={"tidings.release_due": MAINTENANCE_QUEUE, "tidings.sweep": MAINTENANCE_QUEUE},
-        worker_prefetch_multiplier=4,
+        task_default_queue=BEAT_QUEUE,
+        task_routes={"tidings.release_due": BEAT_QUEUE, "tidings.sweep": BEAT_QUEUE},
+        # One task per pool slot: a prefetched bulk task would make a transactional one
+        # wait behind it, defeating the priority lanes.
+        worker_prefetch_multiplier=1,
+        # Ctrl-C twice (cold shutdown) still gives running batches this long to finish.
+        worker_soft_shutdown_timeout=30,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_hijack_root_logger=False,
-        beat_schedule=BEAT_SCHEDULE,
+        # Releasing due rows must be prompt; the sweep is a safety net.
+        beat_schedule={
+            "release-due": {"task": "tidings.release_due", "schedule": 1.0},
+            "sweep": {"task": "tidings.sweep", "schedule": settings.sweep_interval},
+        },
         timezone="UTC",
     )
     return celery_app

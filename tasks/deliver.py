@@ -1,69 +1,101 @@
-"""Deliver: claim, send through the provider adapter in its batch size, finalise."""
+"""Deliver: wait out pauses and the provider's pace, claim, send in the adapter's batch
+size, and finalise every message of the batch in one statement."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from functools import cache
 
 from sqlalchemy import Row
-from sqlalchemy.orm import Session
 
+from app.config import MAX_COUNTDOWN, Settings
 from app.db import enqueue_after_commit, session_scope
-from app.enums import EventType, MessageStatus
-from providers import registry
+from app.enums import Channel, EventType, MessageStatus, Priority
+from app.redis_client import redis_for
 from providers.base import Outbound, Outcome, Provider, ProviderError, RateLimited, SendResult
 from tasks import dispatch, store
+from tasks.adapters import provider_instance
 from tasks.celery_app import celery_app, settings
+from tasks.pacing import ProviderPacer
+from tasks.pauses import ProviderPauses
 from tasks.retry import backoff
 
 logger = logging.getLogger(__name__)
 
-# Retry waits up to this long ride on a Celery countdown; longer ones are parked in
-# PostgreSQL and released by `release_due`, so no countdown nears the visibility timeout.
-MAX_COUNTDOWN = 15 * 60
-
-
-@cache
-def provider_instance(name: str) -> Provider:
-    """One adapter per provider and process, so its HTTP connections are reused."""
-    return registry.build(name, settings().environ)
-
 
 @celery_app.task(name="tidings.deliver")
-def deliver(provider: str, ids: list[str]) -> None:
-    """Claim, send through the adapter in its batch size, and finalise in one statement.
+def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
+    """Send the ready messages among `ids` through `provider`.
 
-    The database session is closed during the provider call: a slow provider must not
-    hold connections or row locks.
+    A paused provider or an exhausted pace sends the messages back to the broker with a
+    countdown; neither uses an attempt. The database session is closed during the
+    provider call, so a slow provider holds no connection and no row lock.
     """
     config = settings()
+    client = redis_for(config.redis_url)
+    paused_for = ProviderPauses(client).seconds_left(provider)
+    if paused_for is not None:
+        postpone(config, provider, priority, ids, paused_for)
+        return
+    rate = config.rates.get(provider)
+    if rate is not None:
+        grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
+        if grant.granted < len(ids):
+            postpone(config, provider, priority, ids[grant.granted :], grant.wait_seconds)
+        ids = ids[: grant.granted]
+    if not ids:
+        return
     with session_scope(config.database_url) as session:
         claimed = store.claim(session, provider, ids)
     if not claimed:
         return
-    adapter = provider_instance(provider)
-    results: list[SendResult] = []
-    rate_limited: list[Row] = []
-    retry_after = 0.0
-    for start in range(0, len(claimed), adapter.max_batch):
-        chunk = claimed[start : start + adapter.max_batch]
-        if rate_limited:
-            rate_limited.extend(chunk)
-            continue
-        try:
-            results.extend(send_chunk(adapter, chunk))
-        except RateLimited as error:
-            rate_limited.extend(chunk)
-            retry_after = error.retry_after
-    outcomes = [decide(result, row, config.max_attempts) for result, row in zip_rows(results, claimed)]
-    outcomes += [store.Finalised(row.id, MessageStatus.READY, refund_attempt=True) for row in rate_limited]
+    run = send_all(provider_instance(provider), claimed)
+    if run.rate_limited_for is not None:
+        ProviderPauses(client).pause(provider, run.rate_limited_for, "provider answered 429")
+    outcomes = decide_all(config, run, claimed)
     with session_scope(config.database_url) as session:
         store.finalise(session, outcomes)
         store.record_events(session, events_for(outcomes, claimed))
-        republish(session, provider, outcomes, claimed, retry_after)
+        for countdown, group in waiting_groups(outcomes):
+            for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
+                enqueue_after_commit(session, signature)
+
+
+def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float) -> None:
+    """Put `ids` back on the broker after `wait`, and tell the sweeper not to expect them sooner."""
+    countdown = min(max(wait, 0.05), MAX_COUNTDOWN)
+    with session_scope(config.database_url) as session:
+        store.expect_ready_by(session, ids, countdown)
+        for signature in dispatch.deliver(provider, priority, ids, countdown):
+            enqueue_after_commit(session, signature)
+
+
+@dataclass
+class SendRun:
+    """What the provider said: a result per message sent, and what a 429 stopped."""
+
+    results: list[SendResult] = field(default_factory=list)
+    unsent: list[Row] = field(default_factory=list)
+    rate_limited_for: float | None = None
+
+
+def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
+    run = SendRun()
+    for start in range(0, len(claimed), adapter.max_batch):
+        chunk = claimed[start : start + adapter.max_batch]
+        if run.rate_limited_for is not None:
+            run.unsent.extend(chunk)
+            continue
+        try:
+            run.results.extend(send_chunk(adapter, chunk))
+        except RateLimited as error:
+            run.unsent.extend(chunk)
+            run.rate_limited_for = error.retry_after
+    return run
 
 
 def send_chunk(adapter: Provider, chunk: Sequence[Row]) -> list[SendResult]:
@@ -94,23 +126,61 @@ def outbound(row: Row) -> Outbound:
     )
 
 
-def zip_rows(results: Sequence[SendResult], claimed: Sequence[Row]) -> list[tuple[SendResult, Row]]:
+def decide_all(config: Settings, run: SendRun, claimed: Sequence[Row]) -> list[store.Finalised]:
+    """Every claimed message's next status; a 429 gives the attempt back."""
     by_id = {row.id: row for row in claimed}
-    return [(result, by_id[result.message_id]) for result in results if result.message_id in by_id]
+    outcomes = [
+        decide(result, by_id[result.message_id], config)
+        for result in run.results
+        if result.message_id in by_id
+    ]
+    if run.rate_limited_for is not None:
+        ready_at = datetime.now(UTC) + timedelta(seconds=min(run.rate_limited_for, MAX_COUNTDOWN))
+        outcomes += [
+            store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
+            for row in run.unsent
+        ]
+    return align_short_retries(outcomes)
 
 
-def decide(result: SendResult, row: Row, max_attempts: int) -> store.Finalised:
+def decide(result: SendResult, row: Row, config: Settings) -> store.Finalised:
     """Turn a provider's answer into the message's next status."""
     if result.outcome is Outcome.SENT:
         return store.Finalised(row.id, MessageStatus.SENT, provider_message_id=result.provider_message_id)
     if result.outcome is Outcome.PERMANENT:
         return store.Finalised(row.id, MessageStatus.FAILED, error=result.error)
-    if row.attempts >= max_attempts:
+    if row.attempts >= config.max_attempts[Channel(row.channel)]:
         return store.Finalised(row.id, MessageStatus.DEAD, error=result.error)
-    wait = timedelta(seconds=backoff(row.attempts))
+    wait = timedelta(seconds=backoff(row.attempts, config.retry_delay_scale))
     return store.Finalised(
         row.id, MessageStatus.RETRYING, error=result.error, next_attempt_at=datetime.now(UTC) + wait
     )
+
+
+def align_short_retries(outcomes: list[store.Finalised]) -> list[store.Finalised]:
+    """Short retries of one batch share the latest of their times, so one task serves them.
+
+    Jitter then spreads batches rather than single messages; long waits stay individual,
+    parked in PostgreSQL for `release_due`.
+    """
+    horizon = datetime.now(UTC) + timedelta(seconds=MAX_COUNTDOWN)
+    short = [o for o in outcomes if o.status is MessageStatus.RETRYING and o.next_attempt_at <= horizon]
+    if not short:
+        return outcomes
+    latest = max(o.next_attempt_at for o in short)
+    short_ids = {o.message_id for o in short}
+    return [replace(o, next_attempt_at=latest) if o.message_id in short_ids else o for o in outcomes]
+
+
+def waiting_groups(outcomes: Sequence[store.Finalised]) -> list[tuple[float, list[store.Finalised]]]:
+    """The messages to re-publish now with a countdown: rate-limited ones and short retries."""
+    now = datetime.now(UTC)
+    groups: dict[datetime, list[store.Finalised]] = defaultdict(list)
+    for outcome in outcomes:
+        waits = outcome.status in (MessageStatus.READY, MessageStatus.RETRYING) and outcome.next_attempt_at
+        if waits and (outcome.next_attempt_at - now).total_seconds() <= MAX_COUNTDOWN:
+            groups[outcome.next_attempt_at].append(outcome)
+    return [(max((at - now).total_seconds(), 0.0), group) for at, group in groups.items()]
 
 
 EVENT_FOR_STATUS: Mapping[MessageStatus, EventType] = {
@@ -128,34 +198,9 @@ def events_for(outcomes: Sequence[store.Finalised], claimed: Sequence[Row]) -> l
         kind = EVENT_FOR_STATUS.get(outcome.status)
         if kind is None:
             continue
-        data: dict = {"attempt": rows[outcome.message_id].attempts, "reason": outcome.error}
+        row = rows[outcome.message_id]
+        data: dict = {"attempt": row.attempts, "reason": outcome.error}
         if outcome.next_attempt_at is not None:
             data["next_attempt_at"] = outcome.next_attempt_at.isoformat()
-        events.append(store.NewEvent(outcome.message_id, rows[outcome.message_id].project_id, kind, data))
+        events.append(store.NewEvent(outcome.message_id, row.project_id, kind, data))
     return events
-
-
-def republish(
-    session: Session,
-    provider: str,
-    outcomes: Sequence[store.Finalised],
-    claimed: Sequence[Row],
-    retry_after: float,
-) -> None:
-    """Queue the next deliver for messages that wait briefly: rate-limited and short retries."""
-    priority = {row.id: row.priority for row in claimed}
-    now = datetime.now(UTC)
-    waiting: dict[str, list[store.Finalised]] = defaultdict(list)
-    for outcome in outcomes:
-        if outcome.status is MessageStatus.READY or (
-            outcome.status is MessageStatus.RETRYING
-            and (outcome.next_attempt_at - now).total_seconds() <= MAX_COUNTDOWN
-        ):
-            waiting[priority[outcome.message_id]].append(outcome)
-    for lane, group in waiting.items():
-        countdown = max(
-            retry_after if o.status is MessageStatus.READY else (o.next_attempt_at - now).total_seconds()
-            for o in group
-        )
-        for signature in dispatch.deliver(provider, lane, [o.message_id for o in group], countdown):
-            enqueue_after_commit(session, signature)

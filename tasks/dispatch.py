@@ -9,33 +9,38 @@ from collections.abc import Sequence
 
 from celery.canvas import Signature
 
+from providers import registry
 from tasks.celery_app import celery_app
 from tasks.queues import deliver_queue, prepare_queue
 
 # Ids per task: large enough to make per-task overhead vanish, small enough to finish fast.
 CHUNK = 500
+# A deliver task carries one provider batch where it can: a short task frees its worker
+# slot soon, so a transactional message never waits long behind a bulk one.
+MIN_DELIVER_CHUNK = 50
 
 
 def prepare(ids: Sequence[str], priority: str) -> list[Signature]:
     return [
         celery_app.signature("tidings.prepare", args=(chunk,), queue=prepare_queue(priority))
-        for chunk in _chunks(ids)
+        for chunk in _chunks(ids, CHUNK)
     ]
 
 
 def deliver(provider: str, priority: str, ids: Sequence[str], countdown: float = 0) -> list[Signature]:
     options = {"countdown": countdown} if countdown > 0 else {}
+    size = min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK)
     return [
         celery_app.signature(
             "tidings.deliver",
-            args=(provider, chunk),
+            args=(provider, chunk, priority),
             queue=deliver_queue(provider, priority),
             **options,
         )
-        for chunk in _chunks(ids)
+        for chunk in _chunks(ids, size)
     ]
 
 
-def _chunks(ids: Sequence[str]) -> list[list[str]]:
+def _chunks(ids: Sequence[str], size: int) -> list[list[str]]:
     ids = [str(i) for i in ids]
-    return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    return [ids[i : i + size] for i in range(0, len(ids), size)]

@@ -9,29 +9,30 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
+from app.config import Settings
+from app.counters import increment
 from app.db import enqueue_after_commit, session_scope
 from app.enums import EventType
+from app.redis_client import redis_for
 from tasks import dispatch, store
-from tasks.celery_app import celery_app, settings
+from tasks.adapters import provider_instance
+from tasks.celery_app import active_providers, celery_app, settings
 
 logger = logging.getLogger(__name__)
 
 BATCH = 5000
-# A row untouched this long in `accepted` or `ready` lost its task message.
-STALLED_AFTER_SECONDS = 60
-# A claim older than this belongs to a worker that died mid-call.
-CLAIM_TIMEOUT_SECONDS = 600
 # `retrying` rows are normally picked up by their countdown task; this grace keeps
 # release_due from racing it and only catches parked or lost ones.
 RETRY_GRACE_SECONDS = 10
 
 
 @celery_app.task(name="tidings.release_due")
-def release_due() -> None:
+def release_due() -> dict[str, int]:
     """Scheduled messages whose time has come → prepare; parked retries → deliver."""
     with session_scope(settings().database_url) as session:
         scheduled = session.execute(
@@ -46,7 +47,7 @@ def release_due() -> None:
             ),
             {"batch": BATCH},
         ).all()
-        _enqueue_prepare(session, scheduled)
+        enqueue_prepare(session, scheduled)
         retries = session.execute(
             text(
                 """
@@ -60,56 +61,78 @@ def release_due() -> None:
             ),
             {"batch": BATCH, "grace": RETRY_GRACE_SECONDS},
         ).all()
-        _enqueue_deliver(session, retries)
+        enqueue_deliver(session, retries)
+    return {"scheduled": len(scheduled), "retries": len(retries)}
 
 
 @celery_app.task(name="tidings.sweep")
 def sweep() -> dict[str, int]:
-    """Re-dispatch stalled rows; mark abandoned claims `unknown` (the send may have happened)."""
-    with session_scope(settings().database_url) as session:
+    """Re-dispatch rows whose task was lost, and settle claims whose worker died.
+
+    A claim abandoned mid-call may or may not have reached the provider. Where the
+    provider de-duplicates on our message id, sending again is safe and the message goes
+    back to `ready`; elsewhere it becomes `unknown` rather than risk a second delivery.
+    """
+    config = settings()
+    with session_scope(config.database_url) as session:
         stalled = session.execute(
             text(
                 """
-                UPDATE messages SET updated_at = now()
+                UPDATE messages SET updated_at = now(), next_attempt_at = NULL
                 WHERE id IN (SELECT id FROM messages
                              WHERE status IN ('accepted', 'ready')
-                               AND updated_at < now() - make_interval(secs => :stalled)
+                               AND COALESCE(next_attempt_at, updated_at)
+                                   < now() - make_interval(secs => :stalled)
                              LIMIT :batch FOR UPDATE SKIP LOCKED)
                 RETURNING id::text, status, provider, priority
                 """
             ),
-            {"batch": BATCH, "stalled": STALLED_AFTER_SECONDS},
+            {"batch": BATCH, "stalled": config.stalled_after},
         ).all()
-        _enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
-        _enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
+        enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
+        enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
         abandoned = session.execute(
             text(
                 """
-                UPDATE messages SET status = 'unknown', updated_at = now(),
-                       error = 'worker stopped during the provider call; the send may have happened'
+                UPDATE messages
+                SET status = CASE WHEN provider = ANY(:idempotent) THEN 'ready' ELSE 'unknown' END,
+                    error = 'the worker stopped during the provider call',
+                    updated_at = now()
                 WHERE id IN (SELECT id FROM messages
                              WHERE status = 'sending'
                                AND claimed_at < now() - make_interval(secs => :timeout)
                              LIMIT :batch FOR UPDATE SKIP LOCKED)
-                RETURNING id::text, project_id, attempts
+                RETURNING id::text, project_id, status, provider, priority, attempts
                 """
             ),
-            {"batch": BATCH, "timeout": CLAIM_TIMEOUT_SECONDS},
+            {"batch": BATCH, "timeout": config.claim_timeout, "idempotent": idempotent_providers(config)},
         ).all()
-        store.record_events(
-            session,
-            [
-                store.NewEvent(r.id, r.project_id, EventType.UNKNOWN, {"attempt": r.attempts})
-                for r in abandoned
-            ],
-        )
-    counts = {"redispatched": len(stalled), "unknown": len(abandoned)}
-    if stalled or abandoned:
+        store.record_events(session, [abandoned_event(row) for row in abandoned])
+        enqueue_deliver(session, [r for r in abandoned if r.status == "ready"])
+    counts = {
+        "redispatched": len(stalled),
+        "retried": sum(r.status == "ready" for r in abandoned),
+        "unknown": sum(r.status == "unknown" for r in abandoned),
+    }
+    client = redis_for(config.redis_url)
+    for outcome, count in counts.items():
+        increment(client, "sweeper_recovered", count, outcome=outcome)
+    if any(counts.values()):
         logger.warning("sweep: %s", counts)
     return counts
 
 
-def _enqueue_prepare(session: Session, rows) -> None:
+def idempotent_providers(config: Settings) -> list[str]:
+    return [name for name in active_providers(config) if provider_instance(name).idempotent]
+
+
+def abandoned_event(row: Row) -> store.NewEvent:
+    kind = EventType.RETRYING if row.status == "ready" else EventType.UNKNOWN
+    data = {"attempt": row.attempts, "reason": "the worker stopped during the provider call"}
+    return store.NewEvent(row.id, row.project_id, kind, data)
+
+
+def enqueue_prepare(session: Session, rows: Sequence[Row]) -> None:
     by_priority: dict[str, list[str]] = defaultdict(list)
     for row in rows:
         by_priority[row.priority].append(row.id)
@@ -118,7 +141,7 @@ def _enqueue_prepare(session: Session, rows) -> None:
             enqueue_after_commit(session, signature)
 
 
-def _enqueue_deliver(session: Session, rows) -> None:
+def enqueue_deliver(session: Session, rows: Sequence[Row]) -> None:
     by_lane: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
         by_lane[(row.provider, row.priority)].append(row.id)

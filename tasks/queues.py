@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from app.enums import Priority
 
-MAINTENANCE_QUEUE = "maintenance"
+BEAT_QUEUE = "beat"
 PRIORITIES_IN_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
 
 
@@ -29,5 +29,5 @@ def worker_queues(providers: Iterable[str]) -> list[str]:
     for priority in PRIORITIES_IN_ORDER:
         queues.append(prepare_queue(priority))
         queues.extend(deliver_queue(provider, priority) for provider in names)
-    queues.append(MAINTENANCE_QUEUE)
+    queues.append(BEAT_QUEUE)
     return queues

@@ -1,20 +1,18 @@
-"""Retry policy: exponential backoff with jitter.
+"""Retry policy: a fixed ladder of waits with full jitter.
 
-The random half spreads a burst of failures over the window, so a provider that comes
-back is not hit by every retry in the same second; the fixed half keeps a retry from
-coming back almost at once.
+About 30 s, 2 min, 10 min, 30 min, then 2 h: quick enough for a blip, patient enough for
+an outage. Full jitter (a uniform draw up to the step) spreads a burst of failures over the
+whole step, so a provider that comes back is not hit by every retry in the same second.
 """
 
 from __future__ import annotations
 
 import random
 
-BASE_DELAY = 30.0
-FACTOR = 4.0
-MAX_DELAY = 2 * 60 * 60.0
+LADDER_SECONDS = (30.0, 120.0, 600.0, 1800.0, 7200.0)
 
 
-def backoff(attempt: int, rand: random.Random | None = None) -> float:
-    """Seconds to wait after failed attempt number `attempt` (1-based): ~30 s, 2 min, 8 min, …, 2 h."""
-    ceiling = min(BASE_DELAY * FACTOR ** (attempt - 1), MAX_DELAY)
-    return (rand or random).uniform(ceiling / 2, ceiling)
+def backoff(attempt: int, scale: float = 1.0, rand: random.Random | None = None) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based)."""
+    step = LADDER_SECONDS[min(attempt, len(LADDER_SECONDS)) - 1] * scale
+    return (rand or random).uniform(0, step)

@@ -117,6 +117,19 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     ).all()
 
 
+def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> None:
+    """Ready messages sent back to the broker: the sweeper must not expect them sooner."""
+    session.execute(
+        text(
+            """
+            UPDATE messages SET next_attempt_at = now() + make_interval(secs => :seconds)
+            WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'ready'
+            """
+        ),
+        {"ids": list(ids), "seconds": seconds},
+    )
+
+
 def finalise(session: Session, outcomes: Sequence[Finalised]) -> None:
     """Write every message's fate after a provider call in one statement."""
     if not outcomes:

@@ -26,7 +26,7 @@ from app.api import create_app
 from app.config import Settings
 from app.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
-from tasks import deliver
+from tasks import adapters
 from tasks.celery_app import all_queues, celery_app, configure
 from tests.provider_server import FakeProviderServer
 
@@ -126,7 +126,7 @@ def worker(app: Flask) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _fresh_provider_instances() -> None:
-    deliver.provider_instance.cache_clear()
+    adapters.provider_instance.cache_clear()
 
 
 def bearer(key: str) -> dict[str, str]:

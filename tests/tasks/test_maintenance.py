@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
+from tasks import adapters
+from tasks.celery_app import configure
 from tasks.maintenance import release_due, sweep
 from tests.conftest import email
 
@@ -48,18 +51,44 @@ def test_a_message_whose_task_was_lost_is_swept(project, engine, fake_provider):
     assert fake_provider.count(message_id) == 1
 
 
-def test_an_abandoned_claim_becomes_unknown(project, engine):
+def abandon_claim(project, engine) -> str:
+    """A message claimed an hour ago by a worker that never came back."""
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     message_id = project.send(email(scheduled_at=later)).get_json()["id"]
-    with engine.begin() as connection:  # as if a worker died during the provider call
+    with engine.begin() as connection:
         connection.execute(
             text(
                 "UPDATE messages SET status = 'sending', attempts = 1, provider = 'fake', "
-                "claimed_at = now() - interval '1 hour' WHERE id = :id"
+                "to_address = 'ada@example.com', claimed_at = now() - interval '1 hour' WHERE id = :id"
             ),
             {"id": message_id},
         )
+    return message_id
+
+
+def test_an_abandoned_claim_is_retried_where_the_provider_deduplicates(project, engine, fake_provider):
+    message_id = abandon_claim(project, engine)
+    assert sweep()["retried"] >= 1
+    message = project.wait_for(message_id)
+    assert message["status"] == "sent"
+    assert message["attempts"] == 2
+    assert "retrying" in [e["type"] for e in message["events"]]
+    assert fake_provider.count(message_id) == 1
+
+
+@pytest.fixture
+def non_deduplicating_fake(settings):
+    configure(replace(settings, environ={**settings.environ, "FAKE_PROVIDER_IDEMPOTENT": "false"}))
+    adapters.provider_instance.cache_clear()
+    yield
+    configure(settings)
+    adapters.provider_instance.cache_clear()
+
+
+def test_an_abandoned_claim_becomes_unknown_elsewhere(project, engine, non_deduplicating_fake, fake_provider):
+    message_id = abandon_claim(project, engine)
     assert sweep()["unknown"] >= 1
     message = project.get(message_id).get_json()
     assert message["status"] == "unknown"
     assert message["events"][-1]["type"] == "unknown"
+    assert fake_provider.count(message_id) == 0

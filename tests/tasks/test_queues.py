@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.enums import Priority
 from tasks import dispatch
 from tasks.celery_app import active_providers, all_queues, celery_app
-from tasks.queues import MAINTENANCE_QUEUE
+from tasks.queues import BEAT_QUEUE
 
 
 def routed_queues(settings) -> set[str]:
@@ -22,7 +22,7 @@ def routed_queues(settings) -> set[str]:
 def test_the_worker_listens_on_every_routed_queue(worker, settings):
     listening = {queue.name for queue in worker.app.amqp.queues.consume_from.values()}
     assert routed_queues(settings) <= listening
-    assert MAINTENANCE_QUEUE in listening
+    assert BEAT_QUEUE in listening
 
 
 def test_transactional_lanes_come_first(settings):
