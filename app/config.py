@@ -53,9 +53,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if environ is None else environ)
         redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
-        providers = {
-            channel: _provider(env, f"{channel.upper()}_PROVIDER") for channel in DELIVERING_CHANNELS
-        }
+        providers = {channel: _provider(env, f"{channel.upper()}_PROVIDER") for channel in DELIVERING_CHANNELS}
         default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
         return cls(
             database_url=_database_url(env),

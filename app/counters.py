@@ -59,8 +59,6 @@ class RedisCounterCollector:
             labels = dict(pair.split("=", 1) for pair in label_text.split(",") if pair)
             family = families.get(name)
             if family is None:
-                family = families[name] = CounterMetricFamily(
-                    f"tidings_{name}", COUNTERS[name], labels=sorted(labels)
-                )
+                family = families[name] = CounterMetricFamily(f"tidings_{name}", COUNTERS[name], labels=sorted(labels))
             family.add_metric([labels[k] for k in sorted(labels)], float(raw_value))
         yield from families.values()

@@ -143,9 +143,7 @@ class Message(Base):
 class MessageContent(Base):
     __tablename__ = "message_contents"
 
-    message_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
-    )
+    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
     subject: Mapped[str | None] = mapped_column(Text)
     text: Mapped[str | None] = mapped_column(Text)
     html: Mapped[str | None] = mapped_column(Text)

@@ -6,7 +6,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from app.enums import Channel, KeyKind, Priority
+from app.enums import Channel, KeyKind, MessageStatus, Priority
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -84,9 +84,7 @@ class RecipientSchema(Schema):
     @validates_schema
     def exactly_one(self, data: dict[str, Any], **_: Any) -> None:
         if len(data) != 1:
-            raise ValidationError(
-                "Give exactly one of subscriber_id, email, phone, device_token, url.", "_schema"
-            )
+            raise ValidationError("Give exactly one of subscriber_id, email, phone, device_token, url.", "_schema")
 
 
 class ContentSchema(Schema):
@@ -136,6 +134,17 @@ class AcceptedSchema(Schema):
     created_at = fields.DateTime()
 
 
+class MessageQuerySchema(Schema):
+    status = fields.Enum(MessageStatus, by_value=True)
+    channel = fields.Enum(Channel, by_value=True)
+    batch_id = fields.UUID()
+    subscriber_id = fields.String(validate=validate.Length(1, 255))
+    since = fields.AwareDateTime()
+    until = fields.AwareDateTime()
+    limit = fields.Integer(load_default=50, validate=validate.Range(1, 500))
+    cursor = fields.String(validate=validate.Length(1, 200))
+
+
 class EventSchema(Schema):
     type = fields.String()
     at = fields.DateTime()
@@ -163,3 +172,53 @@ class MessageSchema(Schema):
     sent_at = fields.DateTime(allow_none=True)
     metadata = fields.Dict()
     events = fields.List(fields.Nested(EventSchema))
+
+
+class MessageItemSchema(MessageSchema):
+    """A message in a list: without its timeline, which costs a query per message."""
+
+    class Meta:
+        exclude = ("events",)
+
+
+class MessagePageSchema(Schema):
+    items = fields.List(fields.Nested(MessageItemSchema))
+    next_cursor = fields.String(allow_none=True)
+
+
+class RequeueSchema(Schema):
+    """Which dead letters to send again: by ids, or by any mix of the filters."""
+
+    ids = fields.List(fields.UUID(), validate=validate.Length(1, 10_000))
+    project = fields.String(validate=validate.Regexp(PROJECT_ID))
+    channel = fields.Enum(Channel, by_value=True)
+    provider = fields.String(validate=validate.Length(1, 32))
+    since = fields.AwareDateTime()
+    until = fields.AwareDateTime()
+    requested_by = fields.String(load_default="admin", validate=validate.Length(1, 200))
+
+    @validates_schema
+    def narrowed(self, data: dict[str, Any], **_: Any) -> None:
+        if not ({"ids", "project", "channel", "provider", "since", "until"} & data.keys()):
+            raise ValidationError(
+                "Name the messages: ids, or at least one of project, channel, provider, since, until.",
+                "_schema",
+            )
+
+
+class RequeuedSchema(Schema):
+    requeued = fields.Integer()
+
+
+class PauseSchema(Schema):
+    seconds = fields.Integer(allow_none=True, load_default=None, validate=validate.Range(1, 7 * 24 * 3600))
+    reason = fields.String(load_default="paused by an operator", validate=validate.Length(1, 200))
+
+
+class ProviderStateSchema(Schema):
+    name = fields.String()
+    channels = fields.List(fields.String())
+    rate_per_sec = fields.Float(allow_none=True)
+    paused = fields.Boolean()
+    paused_reason = fields.String(allow_none=True)
+    paused_seconds_left = fields.Float(allow_none=True, metadata={"description": "null: until resumed"})

@@ -112,9 +112,7 @@ class HttpClient:
 
     def post_json(self, path: str, payload: Any, headers: Mapping[str, str] | None = None) -> Any:
         try:
-            response = self.session.post(
-                self.base_url + path, json=payload, headers=headers, timeout=self.timeout
-            )
+            response = self.session.post(self.base_url + path, json=payload, headers=headers, timeout=self.timeout)
         except requests.RequestException as error:
             raise TransientError(f"{type(error).__name__}: {error}") from error
         raise_for_status(response)

@@ -36,10 +36,5 @@ class LogProvider:
         with self._lock:
             self.record.extend(batch)
         for message in batch:
-            logger.info(
-                "log provider: %s to %s: %s", message.channel, message.to, message.subject or message.text
-            )
-        return [
-            SendResult(m.message_id, Outcome.SENT, provider_message_id=f"log-{uuid.uuid4().hex}")
-            for m in batch
-        ]
+            logger.info("log provider: %s to %s: %s", message.channel, message.to, message.subject or message.text)
+        return [SendResult(m.message_id, Outcome.SENT, provider_message_id=f"log-{uuid.uuid4().hex}") for m in batch]

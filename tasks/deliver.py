@@ -109,9 +109,7 @@ def send_chunk(adapter: Provider, chunk: Sequence[Row]) -> list[SendResult]:
         return [SendResult(row.id, outcome, error=str(error)) for row in chunk]
     except Exception as error:
         logger.exception("provider %s raised unexpectedly", adapter.name)
-        return [
-            SendResult(row.id, Outcome.TRANSIENT, error=f"{type(error).__name__}: {error}") for row in chunk
-        ]
+        return [SendResult(row.id, Outcome.TRANSIENT, error=f"{type(error).__name__}: {error}") for row in chunk]
 
 
 def outbound(row: Row) -> Outbound:
@@ -130,9 +128,7 @@ def decide_all(config: Settings, run: SendRun, claimed: Sequence[Row]) -> list[s
     """Every claimed message's next status; a 429 gives the attempt back."""
     by_id = {row.id: row for row in claimed}
     outcomes = [
-        decide(result, by_id[result.message_id], config)
-        for result in run.results
-        if result.message_id in by_id
+        decide(result, by_id[result.message_id], config) for result in run.results if result.message_id in by_id
     ]
     if run.rate_limited_for is not None:
         ready_at = datetime.now(UTC) + timedelta(seconds=min(run.rate_limited_for, MAX_COUNTDOWN))
@@ -152,9 +148,7 @@ def decide(result: SendResult, row: Row, config: Settings) -> store.Finalised:
     if row.attempts >= config.max_attempts[Channel(row.channel)]:
         return store.Finalised(row.id, MessageStatus.DEAD, error=result.error)
     wait = timedelta(seconds=backoff(row.attempts, config.retry_delay_scale))
-    return store.Finalised(
-        row.id, MessageStatus.RETRYING, error=result.error, next_attempt_at=datetime.now(UTC) + wait
-    )
+    return store.Finalised(row.id, MessageStatus.RETRYING, error=result.error, next_attempt_at=datetime.now(UTC) + wait)
 
 
 def align_short_retries(outcomes: list[store.Finalised]) -> list[store.Finalised]:

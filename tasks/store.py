@@ -57,9 +57,7 @@ def load_for_prepare(session: Session, ids: Sequence[str]) -> Sequence[Row]:
     ).all()
 
 
-def mark_ready(
-    session: Session, ids: Sequence[str], providers: Sequence[str], addresses: Sequence[str]
-) -> None:
+def mark_ready(session: Session, ids: Sequence[str], providers: Sequence[str], addresses: Sequence[str]) -> None:
     session.execute(
         text(
             """

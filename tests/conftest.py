@@ -72,9 +72,7 @@ def make_env(database_url: str, redis_url: str, **overrides: str) -> dict[str, s
 @pytest.fixture(scope="session")
 def settings(server_urls: tuple[str, str], fake_provider: FakeProviderServer) -> Settings:
     """Email goes to the local fake provider; the other channels to the log provider."""
-    return Settings.from_env(
-        make_env(*server_urls, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=fake_provider.url)
-    )
+    return Settings.from_env(make_env(*server_urls, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=fake_provider.url))
 
 
 @pytest.fixture(scope="session")
@@ -144,9 +142,7 @@ class ProjectKeys:
     live_key_id: str
 
     def send(self, body: dict[str, Any], key: str | None = None, **headers: str):
-        return self.client.post(
-            "/v1/messages", json=body, headers={**bearer(key or self.live_key), **headers}
-        )
+        return self.client.post("/v1/messages", json=body, headers={**bearer(key or self.live_key), **headers})
 
     def get(self, message_id: str, key: str | None = None):
         return self.client.get(f"/v1/messages/{message_id}", headers=bearer(key or self.live_key))

@@ -34,8 +34,7 @@ def test_broker_may_be_rabbitmq():
         ({"DATABASE_URL": ""}, "DATABASE_URL is not set"),
         (
             {"DATABASE_URL": "mysql://x"},
-            "DATABASE_URL must start with one of postgresql://, postgres://, "
-            "postgresql+psycopg2://; got 'mysql://x'",
+            "DATABASE_URL must start with one of postgresql://, postgres://, postgresql+psycopg2://; got 'mysql://x'",
         ),
         (
             {"REDIS_URL": "localhost:6379"},
@@ -43,8 +42,7 @@ def test_broker_may_be_rabbitmq():
         ),
         (
             {"CELERY_BROKER_URL": "kafka://x"},
-            "CELERY_BROKER_URL must start with one of redis://, rediss://, "
-            "amqp://, amqps://; got 'kafka://x'",
+            "CELERY_BROKER_URL must start with one of redis://, rediss://, amqp://, amqps://; got 'kafka://x'",
         ),
         ({"TIDINGS_ADMIN_KEY": "short"}, "TIDINGS_ADMIN_KEY must be at least 16 characters long"),
         ({"TIDINGS_PORT": "eighty"}, "TIDINGS_PORT must be a whole number; got 'eighty'"),

@@ -64,9 +64,9 @@ def test_dev_runs_the_whole_stack_and_stops_cleanly(tmp_path: Path):
         assert sent.status_code == 202
         deadline = time.monotonic() + 30
         while (
-            status := requests.get(
-                f"{url}/v1/messages/{sent.json()['id']}", headers=headers, timeout=5
-            ).json()["status"]
+            status := requests.get(f"{url}/v1/messages/{sent.json()['id']}", headers=headers, timeout=5).json()[
+                "status"
+            ]
         ) != "sent" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert status == "sent"

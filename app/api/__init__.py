@@ -12,6 +12,7 @@ from app.config import Settings
 from app.db import session_factory
 from app.errors import TidingsApi, install
 from app.ratelimit import ApiRateLimiter
+from app.redis_client import redis_for
 from tasks import celery_app as celery
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -32,7 +33,7 @@ def context() -> Context:
 
 
 def create_app(settings: Settings) -> Flask:
-    from app.api import admin, health, messages
+    from app.api import admin, health, messages, metrics
 
     celery.configure(settings)
     app = Flask("tidings")
@@ -46,14 +47,13 @@ def create_app(settings: Settings) -> Flask:
         OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
     )
-    # Short timeouts: a Redis that hangs must not hang the API (the limiter fails open).
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = redis_for(settings.redis_url)
     app.extensions["tidings"] = Context(
         settings, session_factory(settings.database_url), client, ApiRateLimiter(client)
     )
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)
-    for blueprint in (health.blp, admin.blp, messages.blp):
+    for blueprint in (health.blp, metrics.blp, admin.blp, messages.blp):
         api.register_blueprint(blueprint)
     return app

@@ -8,10 +8,20 @@ from flask_smorest import Blueprint
 
 from app.api import context
 from app.auth import require_admin_key
-from app.schemas import KeyCreateSchema, KeySchema, ProjectCreateSchema, ProjectSchema, ProjectUpdateSchema
-from app.services import projects
+from app.schemas import (
+    KeyCreateSchema,
+    KeySchema,
+    PauseSchema,
+    ProjectCreateSchema,
+    ProjectSchema,
+    ProjectUpdateSchema,
+    ProviderStateSchema,
+    RequeuedSchema,
+    RequeueSchema,
+)
+from app.services import operations, projects
 
-blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects and API keys (admin key).")
+blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects, API keys and operations (admin key).")
 
 
 @blp.before_request
@@ -63,3 +73,36 @@ def create_key(data: dict[str, Any], project_id: str):
 @blp.response(204)
 def revoke_key(project_id: str, key_id: str):
     projects.revoke_key(context().db, project_id, key_id)
+
+
+@blp.route("/messages/requeue", methods=["POST"])
+@blp.arguments(RequeueSchema)
+@blp.response(200, RequeuedSchema)
+def requeue(criteria: dict[str, Any]):
+    """Send dead letters again with fresh attempts (up to 10,000 a call)."""
+    return {"requeued": operations.requeue(context().db, criteria)}
+
+
+@blp.route("/providers", methods=["GET"])
+@blp.response(200, ProviderStateSchema(many=True))
+def providers():
+    """The providers this deployment routes to: pace and pause state."""
+    ctx = context()
+    return operations.provider_states(ctx.settings, ctx.redis)
+
+
+@blp.route("/providers/<name>/pause", methods=["POST"])
+@blp.arguments(PauseSchema)
+@blp.response(200, ProviderStateSchema)
+def pause_provider(pause: dict[str, Any], name: str):
+    """Stop sending through a provider, for `seconds` or until resumed; messages wait, attempts are kept."""
+    ctx = context()
+    return operations.set_pause(ctx.settings, ctx.redis, name, pause)
+
+
+@blp.route("/providers/<name>/resume", methods=["POST"])
+@blp.response(200, ProviderStateSchema)
+def resume_provider(name: str):
+    """Send through a paused provider again."""
+    ctx = context()
+    return operations.set_pause(ctx.settings, ctx.redis, name, None)

@@ -10,7 +10,7 @@ from flask_smorest import Blueprint
 from app.api import context
 from app.auth import require_project_key
 from app.errors import abort, field_error
-from app.schemas import AcceptedSchema, MessageSchema, SendSchema
+from app.schemas import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
 
 blp = Blueprint("messages", __name__, url_prefix="/v1", description="Send notifications and follow them.")
@@ -56,3 +56,19 @@ def send(data: dict[str, Any]):
 def get_message(message_id: str):
     """One message with its timeline."""
     return messages.get_message(context().db, g.caller.project_id, message_id)
+
+
+@blp.route("/messages", methods=["GET"])
+@blp.arguments(MessageQuerySchema, location="query")
+@blp.response(200, MessagePageSchema)
+def list_messages(filters: dict[str, Any]):
+    """The project's messages, newest first; `status=dead` lists the dead letters."""
+    return messages.list_messages(context().db, g.caller.project_id, filters)
+
+
+@blp.route("/messages/<message_id>/cancel", methods=["POST"])
+@blp.response(200, MessageSchema)
+@blp.alt_response(409)
+def cancel(message_id: str):
+    """Cancel a message until a worker claims it; after that, 409 with its status."""
+    return messages.cancel_message(context().db, g.caller.project_id, message_id)

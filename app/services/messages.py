@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -90,9 +92,7 @@ def accept(
 
 def _check_can_send(caller: Caller, channel: Channel, data: dict[str, Any]) -> None:
     if channel.value not in caller.channels:
-        field_error(
-            422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project."
-        )
+        field_error(422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project.")
     if channel is Channel.IN_APP:
         field_error(422, INVALID, "json", "channel", "The in_app channel is not available in this version.")
     if "template" in data:
@@ -134,10 +134,82 @@ def get_message(db: sessionmaker[Session], project_id: str, message_id: str) -> 
         ).first()
         if found is None:
             abort(404, f"No message {message_id!r}.")
-        stored = session.scalars(
-            select(Event).where(Event.message_id == key).order_by(Event.at, Event.id)
-        ).all()
+        stored = session.scalars(select(Event).where(Event.message_id == key).order_by(Event.at, Event.id)).all()
     message, meta = found
+    return {**message_view(message, meta), "events": timeline(message, list(stored))}
+
+
+def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str, Any]) -> dict[str, Any]:
+    """The project's messages, newest first, a page at a time (keyset pagination on created_at, id)."""
+    query = (
+        select(Message, MessageContent.meta)
+        .outerjoin(MessageContent, MessageContent.message_id == Message.id)
+        .where(Message.project_id == project_id)
+        .order_by(Message.created_at.desc(), Message.id.desc())
+        .limit(filters["limit"] + 1)
+    )
+    for name, column in (
+        ("status", Message.status),
+        ("channel", Message.channel),
+        ("batch_id", Message.batch_id),
+        ("subscriber_id", Message.subscriber_id),
+    ):
+        if filters.get(name) is not None:
+            query = query.where(column == filters[name])
+    if filters.get("since") is not None:
+        query = query.where(Message.created_at >= filters["since"])
+    if filters.get("until") is not None:
+        query = query.where(Message.created_at < filters["until"])
+    if filters.get("cursor") is not None:
+        created_at, last_id = decode_cursor(filters["cursor"])
+        query = query.where(tuple_(Message.created_at, Message.id) < tuple_(created_at, last_id))
+    with db() as session:
+        rows = session.execute(query).all()
+    page = rows[: filters["limit"]]
+    next_cursor = encode_cursor(page[-1][0]) if len(rows) > filters["limit"] else None
+    return {"items": [message_view(message, meta) for message, meta in page], "next_cursor": next_cursor}
+
+
+def encode_cursor(message: Message) -> str:
+    raw = json.dumps([message.created_at.isoformat(), str(message.id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created_at, message_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return datetime.fromisoformat(created_at), uuid.UUID(message_id)
+    except (ValueError, TypeError):
+        field_error(422, INVALID, "query", "cursor", "Not a cursor this API gave out.")
+
+
+CANCELLABLE = (MessageStatus.SCHEDULED, MessageStatus.ACCEPTED, MessageStatus.READY, MessageStatus.RETRYING)
+
+
+def cancel_message(db: sessionmaker[Session], project_id: str, message_id: str) -> dict[str, Any]:
+    """Cancel a message no worker has claimed yet; the claim's status check does the rest."""
+    key = uuid_or_404(message_id, "message")
+    with db.begin() as session:
+        cancelled = session.execute(
+            update(Message)
+            .where(Message.id == key, Message.project_id == project_id, Message.status.in_(CANCELLABLE))
+            .values(status=MessageStatus.CANCELLED, next_attempt_at=None, updated_at=func.now())
+            .returning(Message.id)
+        ).first()
+        if cancelled is None:
+            current = session.scalar(select(Message.status).where(Message.id == key, Message.project_id == project_id))
+            if current is None:
+                abort(404, f"No message {message_id!r}.")
+            abort(
+                409,
+                f"The message is {current.value}: only messages no worker has claimed can be cancelled.",
+                errors={"status": [current.value]},
+            )
+        session.add(Event(message_id=key, project_id=project_id, type=EventType.CANCELLED, data={}))
+    return get_message(db, project_id, message_id)
+
+
+def message_view(message: Message, meta: dict[str, Any] | None) -> dict[str, Any]:
     address_kind = ADDRESS_FOR_CHANNEL.get(message.channel)
     return {
         "id": str(message.id),
@@ -159,7 +231,6 @@ def get_message(db: sessionmaker[Session], project_id: str, message_id: str) -> 
         "updated_at": message.updated_at,
         "sent_at": message.sent_at,
         "metadata": meta or {},
-        "events": timeline(message, stored),
     }
 
 

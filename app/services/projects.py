@@ -56,9 +56,7 @@ def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyK
     key = new_key(kind)
     with db.begin() as session:
         _existing(session, project_id)
-        row = ApiKey(
-            project_id=project_id, name=name, kind=kind, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key)
-        )
+        row = ApiKey(project_id=project_id, name=name, kind=kind, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key))
         session.add(row)
         session.flush()
         session.refresh(row)

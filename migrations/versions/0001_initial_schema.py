@@ -39,9 +39,7 @@ def upgrade() -> None:
         sa.Column("id", sa.UUID(), server_default=sa.text("gen_random_uuid()"), nullable=False),
         sa.Column("project_id", sa.String(length=64), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
-        sa.Column(
-            "kind", sa.Enum("live", "test", name="keykind", native_enum=False, length=16), nullable=False
-        ),
+        sa.Column("kind", sa.Enum("live", "test", name="keykind", native_enum=False, length=16), nullable=False),
         sa.Column("prefix", sa.String(length=32), nullable=False),
         sa.Column("key_hash", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
@@ -58,9 +56,7 @@ def upgrade() -> None:
         sa.Column("batch_id", sa.UUID(), nullable=True),
         sa.Column(
             "channel",
-            sa.Enum(
-                "email", "sms", "push", "webhook", "in_app", name="channel", native_enum=False, length=16
-            ),
+            sa.Enum("email", "sms", "push", "webhook", "in_app", name="channel", native_enum=False, length=16),
             nullable=False,
         ),
         sa.Column(

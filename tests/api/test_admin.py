@@ -33,9 +33,7 @@ def test_bad_project_id_is_422(client):
 def test_list_get_update_delete_project(client):
     client.post("/v1/admin/projects", json={"id": "crud-1", "name": "Before"}, headers=ADMIN)
     assert "crud-1" in [p["id"] for p in client.get("/v1/admin/projects", headers=ADMIN).get_json()]
-    updated = client.patch(
-        "/v1/admin/projects/crud-1", json={"name": "After", "rate_limit_per_min": 10}, headers=ADMIN
-    )
+    updated = client.patch("/v1/admin/projects/crud-1", json={"name": "After", "rate_limit_per_min": 10}, headers=ADMIN)
     assert updated.get_json()["name"] == "After"
     assert client.get("/v1/admin/projects/crud-1", headers=ADMIN).get_json()["rate_limit_per_min"] == 10
     assert client.delete("/v1/admin/projects/crud-1", headers=ADMIN).status_code == 204
@@ -51,9 +49,7 @@ def test_key_is_shown_once_and_stored_as_a_hash(client, engine):
     assert key["key"].startswith("tid_live_")
     assert key["prefix"] == key["key"][:13]
     with engine.connect() as connection:
-        stored = (
-            connection.execute(text("SELECT * FROM api_keys WHERE project_id = 'keys-1'")).mappings().one()
-        )
+        stored = connection.execute(text("SELECT * FROM api_keys WHERE project_id = 'keys-1'")).mappings().one()
     assert key["key"] not in {str(value) for value in stored.values()}
     assert len(stored["key_hash"]) == 64
 

@@ -24,9 +24,7 @@ def test_malformed_authorization_header_is_401(client, project):
 
 def test_revoked_key_is_401_at_once(client, project):
     assert project.send(email()).status_code == 202
-    revoked = client.delete(
-        f"/v1/admin/projects/{project.id}/keys/{project.live_key_id}", headers=bearer(ADMIN_KEY)
-    )
+    revoked = client.delete(f"/v1/admin/projects/{project.id}/keys/{project.live_key_id}", headers=bearer(ADMIN_KEY))
     assert revoked.status_code == 204
     assert project.send(email()).status_code == 401
     assert project.send(email(), key=project.test_key).status_code == 202

@@ -126,6 +126,4 @@ def test_unknown_or_malformed_message_id_is_404(project):
 
 def test_overlong_idempotency_key_is_422(project):
     answer = project.send(email(), **{"Idempotency-Key": "k" * 256})
-    assert assert_error_shape(answer, 422)["errors"] == {
-        "headers": {"Idempotency-Key": ["Use 1 to 255 characters."]}
-    }
+    assert assert_error_shape(answer, 422)["errors"] == {"headers": {"Idempotency-Key": ["Use 1 to 255 characters."]}}

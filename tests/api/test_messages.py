@@ -19,9 +19,9 @@ def test_send_answers_202_with_the_id(project):
 
 
 def test_send_records_the_message_as_given(project):
-    message_id = project.send(
-        email(to=" Ada@Example.COM ", category="account", metadata={"order": "A-17"})
-    ).get_json()["id"]
+    message_id = project.send(email(to=" Ada@Example.COM ", category="account", metadata={"order": "A-17"})).get_json()[
+        "id"
+    ]
     message = project.get(message_id).get_json()
     assert message["to"] == {"email": "ada@example.com"}
     assert message["category"] == "account"

@@ -40,10 +40,7 @@ def test_a_message_whose_task_was_lost_is_swept(project, engine, fake_provider):
     message_id = project.send(email(scheduled_at=later)).get_json()["id"]
     with engine.begin() as connection:  # as if the prepare task had been lost two minutes ago
         connection.execute(
-            text(
-                "UPDATE messages SET status = 'accepted', updated_at = now() - interval '2 minutes' "
-                "WHERE id = :id"
-            ),
+            text("UPDATE messages SET status = 'accepted', updated_at = now() - interval '2 minutes' WHERE id = :id"),
             {"id": message_id},
         )
     assert sweep()["redispatched"] >= 1

@@ -30,7 +30,7 @@ def test_a_send_reaches_the_provider_and_is_sent_with_its_timeline(project, fake
     assert message["provider_message_id"].startswith("fake-")
     assert message["sent_at"] is not None
     assert fake_provider.count(message_id) == 1
-    assert fake_provider.ledger[-1].subject == "Welcome"
+    assert fake_provider.delivered()[-1].subject == "Welcome"
 
 
 def test_a_test_key_never_reaches_the_configured_provider(project, fake_provider):
@@ -41,10 +41,7 @@ def test_a_test_key_never_reaches_the_configured_provider(project, fake_provider
     assert fake_provider.count(message_id) == 0
     assert message_id in {outbound.message_id for outbound in LogProvider.record}
     assert message["events"][0]["data"] == {"test": True}
-    assert (
-        message["events"][-1]["data"]["note"]
-        == "test key: handled by the log provider, never a real provider"
-    )
+    assert message["events"][-1]["data"]["note"] == "test key: handled by the log provider, never a real provider"
 
 
 def test_bulk_priority_goes_through_its_own_lanes(project):
@@ -63,10 +60,7 @@ def test_other_channels_go_to_their_configured_provider(project):
 def test_a_subscriber_is_sent_to_its_address(project, engine):
     with engine.begin() as connection:
         connection.execute(
-            text(
-                "INSERT INTO subscribers (project_id, external_id, email) "
-                "VALUES (:p, 'u42', 'u42@example.com')"
-            ),
+            text("INSERT INTO subscribers (project_id, external_id, email) VALUES (:p, 'u42', 'u42@example.com')"),
             {"p": project.id},
         )
     body = {"channel": "email", "to": {"subscriber_id": "u42"}, "content": {"subject": "s", "text": "t"}}
@@ -114,9 +108,7 @@ def test_a_transient_provider_error_schedules_a_retry(project, fake_provider):
     first_retry = next(e for e in message["events"] if e["type"] == "retrying")
     assert first_retry["data"]["attempt"] == 1
     assert "HTTP 503" in first_retry["data"]["reason"]
-    wait = datetime.fromisoformat(first_retry["data"]["next_attempt_at"]) - datetime.fromisoformat(
-        first_retry["at"]
-    )
+    wait = datetime.fromisoformat(first_retry["data"]["next_attempt_at"]) - datetime.fromisoformat(first_retry["at"])
     assert timedelta(0) <= wait <= timedelta(seconds=30)
 
 

@@ -1,0 +1,96 @@
+"""Operator actions: requeue dead letters, pause and resume providers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.db import enqueue_after_commit
+from app.errors import abort
+from tasks import dispatch
+from tasks.celery_app import active_providers
+from tasks.pauses import ProviderPauses
+
+REQUEUE_LIMIT = 10_000
+
+
+def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
+    """Send dead letters through the pipeline again, with fresh attempts and an event.
+
+    They go back to `accepted`, so prepare checks them again (a suppression added since
+    their death still holds) and picks today's provider for their channel.
+    """
+    conditions, params = ["m.status = 'dead'"], {"limit": REQUEUE_LIMIT, "by": criteria["requested_by"]}
+    for name, condition in (
+        ("ids", "m.id = ANY(CAST(:ids AS uuid[]))"),
+        ("project", "m.project_id = :project"),
+        ("channel", "m.channel = :channel"),
+        ("provider", "m.provider = :provider"),
+        ("since", "m.created_at >= :since"),
+        ("until", "m.created_at < :until"),
+    ):
+        if name in criteria:
+            conditions.append(condition)
+            value = criteria[name]
+            params[name] = [str(v) for v in value] if name == "ids" else str(value) if name == "channel" else value
+    with db.begin() as session:
+        rows = session.execute(
+            text(
+                f"""
+                WITH dead AS (
+                    SELECT m.id, m.attempts FROM messages m WHERE {" AND ".join(conditions)}
+                    ORDER BY m.created_at LIMIT :limit FOR UPDATE SKIP LOCKED
+                ), requeued AS (
+                    UPDATE messages m
+                    SET status = 'accepted', attempts = 0, error = NULL, next_attempt_at = NULL,
+                        updated_at = now()
+                    FROM dead WHERE m.id = dead.id
+                    RETURNING m.id, m.project_id, m.priority, dead.attempts
+                ), logged AS (
+                    INSERT INTO events (message_id, project_id, type, data)
+                    SELECT id, project_id, 'requeued',
+                           jsonb_build_object('by', :by, 'previous_attempts', attempts)
+                    FROM requeued
+                )
+                SELECT id::text AS id, priority FROM requeued
+                """
+            ),
+            params,
+        ).all()
+        for priority in {row.priority for row in rows}:
+            ids = [row.id for row in rows if row.priority == priority]
+            for signature in dispatch.prepare(ids, priority):
+                enqueue_after_commit(session, signature)
+    return len(rows)
+
+
+def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+    pauses = {pause.provider: pause for pause in ProviderPauses(client).all()}
+    return [
+        {
+            "name": name,
+            "channels": sorted(c.value for c, p in settings.providers.items() if p == name),
+            "rate_per_sec": settings.rates.get(name),
+            "paused": name in pauses,
+            "paused_reason": pauses[name].reason if name in pauses else None,
+            "paused_seconds_left": pauses[name].seconds_left if name in pauses else None,
+        }
+        for name in active_providers(settings)
+    ]
+
+
+def set_pause(settings: Settings, client: redis.Redis, provider: str, pause: dict[str, Any] | None) -> dict:
+    """Pause (`pause` given) or resume (`None`) a provider by hand; unknown names are 404."""
+    if provider not in active_providers(settings):
+        abort(404, f"No provider {provider!r} in this deployment.")
+    pauses = ProviderPauses(client)
+    if pause is None:
+        pauses.resume(provider)
+    else:
+        pauses.resume(provider)  # a hand-set pause replaces whatever was there
+        pauses.pause(provider, pause["seconds"], pause["reason"])
+    return next(state for state in provider_states(settings, client) if state["name"] == provider)
