@@ -42,7 +42,9 @@ end
 return {granted, wait}
 """
 
-WINDOW_MS = 1000
+# A second, plus a margin for the time between a grant and its request reaching the
+# provider, which varies by a few milliseconds from one batch to the next.
+WINDOW_MS = 1050
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class ProviderPacer:
         is a whole number of sends per window.
         """
         window_ms = WINDOW_MS if rate_per_second >= 1 else int(WINDOW_MS / rate_per_second)
-        limit = max(int(rate_per_second * window_ms / 1000), 1)
+        limit = max(int(rate_per_second * window_ms / WINDOW_MS), 1)
         granted, wait_ms = self._acquire(
             keys=[f"tidings:pace:{provider}"], args=[limit, window_ms, requested, grant_id]
         )

@@ -1,0 +1,194 @@
+"""Real Tidings processes for fault tests: workers, beat and the API as subprocesses.
+
+Each stack has a Redis of its own (embedded, on a free loopback port) so a test may kill
+or restart it without touching anything shared; PostgreSQL is the session's database,
+or a stack's own embedded server for tests that restart it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import requests
+from celery import Celery
+from sqlalchemy import Engine, text
+
+from app.embedded import EmbeddedRedis, free_port
+from tests.conftest import TERMINAL, make_env
+
+# Short clocks, so recovery happens within a test's patience.
+FAST_RECOVERY = {
+    "CLAIM_TIMEOUT_SECONDS": "5",
+    "STALLED_AFTER_SECONDS": "3",
+    "SWEEP_INTERVAL_SECONDS": "1",
+    "RETRY_DELAY_SCALE": "0.02",
+}
+
+
+class Stack:
+    def __init__(self, tmp_path: Path, database_url: str, provider_url: str, **overrides: str):
+        self.tmp_path = tmp_path
+        self.redis = EmbeddedRedis().start()
+        inherited = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+        self.env = {
+            **inherited,
+            **make_env(database_url, self.redis.url, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=provider_url),
+            **FAST_RECOVERY,
+            "TIDINGS_VAR_DIR": str(tmp_path),
+            **overrides,
+        }
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.api_url: str | None = None
+        self._publisher: Celery | None = None
+
+    def start(self, name: str, role: str, *args: str, ready: str, **env: str) -> subprocess.Popen:
+        log = open(self.tmp_path / f"{name}.log", "w")  # noqa: SIM115 - the process writes to it until stopped
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", role, *args],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        self.wait_for_log(name, ready)
+        return process
+
+    def start_worker(self, name: str = "worker", *args: str) -> subprocess.Popen:
+        return self.start(
+            name, "worker", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args, ready="ready."
+        )
+
+    def start_beat(self, name: str = "beat") -> subprocess.Popen:
+        beat_dir = self.tmp_path / name
+        beat_dir.mkdir(exist_ok=True)
+        return self.start(name, "beat", ready="maxinterval", TIDINGS_VAR_DIR=str(beat_dir))
+
+    def start_api(self) -> str:
+        port = free_port()
+        self.start("api", "api", "--workers", "1", ready="Booting worker", TIDINGS_PORT=str(port))
+        self.api_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"{self.api_url}/healthz", timeout=1)
+                return self.api_url
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        raise AssertionError("the API did not answer")
+
+    def wait_for_log(self, name: str, needle: str, timeout: float = 60) -> None:
+        path, process = self.tmp_path / f"{name}.log", self.processes[name]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in path.read_text(errors="replace"):
+                return
+            if process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{name} never logged {needle!r}:\n{path.read_text(errors='replace')[-3000:]}")
+
+    def signal(self, name: str, signum: int, timeout: float = 60) -> int:
+        """Send `signum` to the process group (pool children too) and wait for the end."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signum)
+        return process.wait(timeout=timeout)
+
+    def publish_prepare(self, ids: list[str], priority: str = "bulk") -> None:
+        """Queue prepare tasks as the API does after its commit, in chunks of 500."""
+        if self._publisher is None:
+            self._publisher = Celery("publisher", broker=self.redis.url)
+            self._publisher.conf.update(task_serializer="json", broker_connection_retry_on_startup=True)
+        for start in range(0, len(ids), 500):
+            self._publisher.send_task("tidings.prepare", args=(ids[start : start + 500],), queue=f"prepare.{priority}")
+
+    def stop(self) -> None:
+        for name in list(self.processes):
+            process = self.processes.pop(name)
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        if self._publisher is not None:
+            self._publisher.close()
+        self.redis.stop(kill=True)
+
+
+def new_project(engine: Engine) -> str:
+    project_id = f"f-{uuid.uuid4().hex[:10]}"
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO projects (id, name, channels) VALUES (:id, 'Faults', ARRAY['email','sms'])"),
+            {"id": project_id},
+        )
+    return project_id
+
+
+def insert_accepted(engine: Engine, project_id: str, count: int, priority: str = "bulk") -> list[str]:
+    """`count` accepted email messages, committed as the batch API would write them."""
+    with engine.begin() as connection:
+        return list(
+            connection.execute(
+                text(
+                    """
+                    WITH new AS (
+                        INSERT INTO messages (project_id, channel, status, priority, to_address)
+                        SELECT :project, 'email', 'accepted', :priority, 'user' || g || '@example.com'
+                        FROM generate_series(1, :count) AS g
+                        RETURNING id
+                    )
+                    INSERT INTO message_contents (message_id, subject, text)
+                    SELECT id, 'Hello', 'A fault test message' FROM new
+                    RETURNING message_id::text
+                    """
+                ),
+                {"project": project_id, "priority": priority, "count": count},
+            ).scalars()
+        )
+
+
+def statuses(engine: Engine, ids: Iterable[str]) -> dict[str, str]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT id::text, status FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": list(ids)}
+        ).all()
+    return dict(rows)
+
+
+def wait_until_terminal(engine: Engine, ids: list[str], timeout: float) -> dict[str, str]:
+    """Poll until every message is terminal (or the time is up); the last statuses seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = statuses(engine, ids)
+        if all(status in TERMINAL for status in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.25)
+
+
+def assert_ledger_agrees(seen: dict[str, str], ledger, idempotent: bool) -> Counter:
+    """The automatic end check: all terminal; sent ones at the provider, others never.
+
+    Returns how many times each message reached the provider, for the test to report.
+    """
+    not_terminal = Counter(status for status in seen.values() if status not in TERMINAL)
+    assert not not_terminal, f"not terminal at the deadline: {dict(not_terminal)}"
+    counts = Counter(r.message_id for r in ledger.delivered())
+    for message_id, status in seen.items():
+        if status == "sent":
+            assert counts[message_id] >= 1, f"{message_id} is sent but the provider never saw it"
+        elif status in ("failed", "suppressed", "cancelled", "skipped"):
+            assert counts[message_id] == 0, f"{message_id} is {status} but reached the provider"
+        if idempotent:
+            assert counts[message_id] <= 1, f"{message_id} reached an idempotent provider twice"
+    return counts
