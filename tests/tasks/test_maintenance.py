@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -89,3 +90,40 @@ def test_an_abandoned_claim_becomes_unknown_elsewhere(project, engine, non_dedup
     assert message["status"] == "unknown"
     assert message["events"][-1]["type"] == "unknown"
     assert fake_provider.count(message_id) == 0
+
+
+def test_two_beats_releasing_at_once_release_each_message_once(client, engine):
+    """Two release_due runs at the same moment, as two beat processes would start them."""
+    from tests.faults.stack import new_project
+
+    project_id = new_project(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                """
+                INSERT INTO messages (project_id, channel, status, priority, to_address, scheduled_at, created_at)
+                SELECT :p, 'email', 'scheduled', 'bulk', 'due' || g || '@example.com',
+                       now() - interval '1 second', now() - interval '1 hour'
+                FROM generate_series(1, 3000) AS g
+                """
+            ),
+            {"p": project_id},
+        )
+    start = threading.Barrier(2)
+    released: list[int] = []
+
+    def beat() -> None:
+        start.wait()
+        released.append(release_due()["scheduled"])
+
+    threads = [threading.Thread(target=beat) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with engine.connect() as connection:
+        left = connection.execute(
+            text("SELECT count(*) FROM messages WHERE project_id = :p AND status = 'scheduled'"), {"p": project_id}
+        ).scalar_one()
+    assert left == 0
+    assert sum(released) == 3000
