@@ -7,8 +7,22 @@ from collections.abc import Mapping
 from providers.base import Provider
 from providers.fake import FakeProvider
 from providers.log import LogProvider
+from providers.postmark import PostmarkProvider
+from providers.resend import ResendProvider
+from providers.sendgrid import SendGridProvider
+from providers.twilio import TwilioProvider
 
-PROVIDERS: dict[str, type[Provider]] = {cls.name: cls for cls in (LogProvider, FakeProvider)}
+PROVIDERS: dict[str, type[Provider]] = {
+    cls.name: cls
+    for cls in (
+        LogProvider,
+        FakeProvider,
+        ResendProvider,
+        PostmarkProvider,
+        SendGridProvider,
+        TwilioProvider,
+    )
+}
 
 
 def names() -> list[str]:
