@@ -10,6 +10,7 @@ from providers.log import LogProvider
 from providers.postmark import PostmarkProvider
 from providers.resend import ResendProvider
 from providers.sendgrid import SendGridProvider
+from providers.ses import SesProvider
 from providers.twilio import TwilioProvider
 
 PROVIDERS: dict[str, type[Provider]] = {
@@ -20,6 +21,7 @@ PROVIDERS: dict[str, type[Provider]] = {
         ResendProvider,
         PostmarkProvider,
         SendGridProvider,
+        SesProvider,
         TwilioProvider,
     )
 }
