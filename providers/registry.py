@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from providers.base import Provider
 from providers.fake import FakeProvider
+from providers.fcm import FcmProvider
 from providers.log import LogProvider
 from providers.postmark import PostmarkProvider
 from providers.resend import ResendProvider
@@ -23,6 +24,7 @@ PROVIDERS: dict[str, type[Provider]] = {
         SendGridProvider,
         SesProvider,
         TwilioProvider,
+        FcmProvider,
     )
 }
 
