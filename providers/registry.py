@@ -13,6 +13,7 @@ from providers.resend import ResendProvider
 from providers.sendgrid import SendGridProvider
 from providers.ses import SesProvider
 from providers.twilio import TwilioProvider
+from providers.webhook import WebhookProvider
 
 PROVIDERS: dict[str, type[Provider]] = {
     cls.name: cls
@@ -25,6 +26,7 @@ PROVIDERS: dict[str, type[Provider]] = {
         SesProvider,
         TwilioProvider,
         FcmProvider,
+        WebhookProvider,
     )
 }
 

@@ -52,7 +52,7 @@ def test_broker_may_be_rabbitmq():
         (
             {"EMAIL_PROVIDER": "carrier-pigeon"},
             "EMAIL_PROVIDER must be one of fake, fcm, log, postmark, resend, sendgrid, ses, "
-            "twilio; got 'carrier-pigeon'",
+            "twilio, webhook; got 'carrier-pigeon'",
         ),
         ({"EMAIL_PROVIDER": "fake"}, "EMAIL_PROVIDER=fake: FAKE_PROVIDER_URL is not set"),
     ],
