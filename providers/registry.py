@@ -12,6 +12,7 @@ from providers.postmark import PostmarkProvider
 from providers.resend import ResendProvider
 from providers.sendgrid import SendGridProvider
 from providers.ses import SesProvider
+from providers.smtp import SmtpProvider
 from providers.twilio import TwilioProvider
 from providers.webhook import WebhookProvider
 
@@ -20,6 +21,7 @@ PROVIDERS: dict[str, type[Provider]] = {
     for cls in (
         LogProvider,
         FakeProvider,
+        SmtpProvider,
         ResendProvider,
         PostmarkProvider,
         SendGridProvider,

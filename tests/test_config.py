@@ -51,7 +51,7 @@ def test_broker_may_be_rabbitmq():
         ({"TIDINGS_PORT": "70000"}, "TIDINGS_PORT must be from 1 to 65535; got 70000"),
         (
             {"EMAIL_PROVIDER": "carrier-pigeon"},
-            "EMAIL_PROVIDER must be one of fake, fcm, log, postmark, resend, sendgrid, ses, "
+            "EMAIL_PROVIDER must be one of fake, fcm, log, postmark, resend, sendgrid, ses, smtp, "
             "twilio, webhook; got 'carrier-pigeon'",
         ),
         ({"EMAIL_PROVIDER": "fake"}, "EMAIL_PROVIDER=fake: FAKE_PROVIDER_URL is not set"),
