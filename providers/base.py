@@ -344,9 +344,16 @@ class HttpClient:
             raise error
         return response
 
-    def post_json(self, path: str, payload: Any, headers: Mapping[str, str] | None = None) -> Any:
-        """POST JSON and return the answer's JSON (None for an empty body)."""
-        response = self.request("POST", path, json=payload, headers=headers)
+    def post_json(
+        self, path: str, payload: Any = None, headers: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> Any:
+        """POST `payload` as JSON (or `data=` as given) and return the answer's JSON, None if empty.
+
+        A 2xx answer that cannot be read is ambiguous: the provider took the request.
+        """
+        if payload is not None:
+            kwargs["json"] = payload
+        response = self.request("POST", path, headers=headers, **kwargs)
         if not response.content:
             return None
         answer = json_body(response)

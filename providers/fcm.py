@@ -123,7 +123,7 @@ class FcmProvider:
             raise ConfigurationError(f"OAuth2 token refresh failed: {error}") from error
         except google_errors.TransportError as error:
             raise TransientError(f"OAuth2 token endpoint unreachable: {error}") from error
-        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer.get("name"))]
+        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=(answer or {}).get("name"))]
 
     @staticmethod
     def _message(message: Outbound) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class ResendProvider:
         answer = self.client.post_json(
             "/emails", self._email(message), headers={"Idempotency-Key": message.message_id}
         )
-        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer["id"])]
+        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=(answer or {}).get("id"))]
 
     def _send_batch(self, batch: Sequence[Outbound]) -> list[SendResult]:
         ids = ",".join(m.message_id for m in batch)
@@ -93,6 +93,7 @@ class ResendProvider:
                 "x-batch-validation": "permissive",
             },
         )
+        answer = answer or {}
         # `errors` name the rejected emails by index; `data` lists the accepted ones in order.
         rejected = {item["index"]: item.get("message") for item in answer.get("errors") or []}
         accepted = iter(answer.get("data") or [])

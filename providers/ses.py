@@ -116,8 +116,8 @@ class SesProvider:
 
     def _send_one(self, group: Sequence[Outbound]) -> list[SendResult]:
         message = group[0]
-        answer = json_body(self.client.request("POST", PATH, **self._signed(self._request(message))))
-        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer["MessageId"])]
+        answer = self.client.post_json(PATH, **self._signed(self._request(message))) or {}
+        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer.get("MessageId"))]
 
     def _signed(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The body and headers of a SigV4-signed request (signed anew each time: it expires).

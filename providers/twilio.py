@@ -81,5 +81,5 @@ class TwilioProvider:
         message = group[0]
         sender = {"From": message.from_address} if message.from_address else self.sender
         form = {"To": message.to, "Body": message.text or "", **sender}
-        answer = json_body(self.client.request("POST", self.path, data=form))
-        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer["sid"])]
+        answer = self.client.post_json(self.path, data=form) or {}
+        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer.get("sid"))]
