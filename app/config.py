@@ -53,7 +53,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if environ is None else environ)
         redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
-        providers = {channel: _provider(env, f"{channel.upper()}_PROVIDER") for channel in DELIVERING_CHANNELS}
+        providers = {channel: _provider(env, channel) for channel in DELIVERING_CHANNELS}
         default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
         return cls(
             database_url=_database_url(env),
@@ -154,10 +154,12 @@ def _rates(env: Mapping[str, str], providers: Mapping[Channel, str]) -> dict[str
     return rates
 
 
-def _provider(env: Mapping[str, str], name: str) -> str:
+def _provider(env: Mapping[str, str], channel: Channel) -> str:
+    name = f"{channel.upper()}_PROVIDER"
     value = env.get(name, "log").strip() or "log"
-    if value not in registry.names():
-        raise ConfigError(f"{name} must be one of {', '.join(registry.names())}; got {value!r}")
+    fitting = [p for p in registry.names() if channel.value in registry.PROVIDERS[p].channels]
+    if value not in fitting:
+        raise ConfigError(f"{name} must be one of {', '.join(fitting)}; got {value!r}")
     try:
         registry.build(value, env)
     except ValueError as error:

@@ -1,50 +1,125 @@
-"""The provider interface, its error types and the HTTP plumbing adapters share."""
+"""The provider interface, its error types and the plumbing adapters share.
+
+An adapter is mostly a table: it builds its provider's payload, reads the answer, and maps
+the provider's error codes onto the error classes below. Everything that is the same for
+every provider lives here: the HTTP session and its timeouts, reading rate-limit headers,
+turning an error into a per-message result, and sending one request per message (or group)
+without reporting already-sent messages as failed.
+"""
 
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, Self
 
 import requests
+from urllib3.exceptions import ProtocolError
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    """What the engine does with one message after a provider call."""
+
+    SENT = "sent"
+    PERMANENT = "permanent"  # fail the message (and apply `suppress` / `invalid_token`)
+    TRANSIENT = "transient"  # retry with backoff; uses an attempt
+    RATE_LIMITED = "rate_limited"  # pause the provider for `retry_after`; no attempt used
+    CONFIGURATION = "configuration"  # pause the provider and alert; no attempt used
 
 
 class ProviderError(Exception):
-    """A provider refused or could not take a message; `retryable` says what to do next."""
+    """A provider refused or could not take a message; `outcome` says what to do next.
+
+    The class attributes are the defaults a per-message result inherits (see
+    `SendResult.from_error`); subclasses and instances override them.
+    """
 
     retryable: ClassVar[bool] = False
+    outcome: ClassVar[Outcome] = Outcome.PERMANENT
+    # True when every other message would meet the same fate now: stop sending the batch.
+    provider_wide: ClassVar[bool] = False
+    suppress: ClassVar[bool] = False
+    invalid_token: ClassVar[bool] = False
+    retry_after: float | None = None
+    # The provider's answer, when there was one: kept for adapters that read more from it.
+    response: requests.Response | None = None
 
 
 class TransientError(ProviderError):
-    """5xx, timeouts, connection resets: worth another attempt later."""
+    """5xx, timeouts, connection resets: worth another attempt later.
+
+    `ambiguous` is set when the request left and no answer came back (a read timeout, a
+    dropped connection): the provider may have accepted the message, so a retry may
+    duplicate it unless the provider honours our idempotency key.
+    """
 
     retryable = True
+    outcome = Outcome.TRANSIENT
+
+    def __init__(self, detail: str, ambiguous: bool = False):
+        super().__init__(detail)
+        self.ambiguous = ambiguous
 
 
 class RateLimited(TransientError):
     """429: the provider asks everyone to wait; the attempt is not counted."""
+
+    outcome = Outcome.RATE_LIMITED
+    provider_wide = True
 
     def __init__(self, detail: str, retry_after: float):
         super().__init__(detail)
         self.retry_after = retry_after
 
 
+class Unreachable(TransientError):
+    """The provider could not be reached at all (connection refused, connect timeout), so
+    nothing was sent; trying the rest of the batch now would only wait the same way."""
+
+    provider_wide = True
+
+
 class PermanentError(ProviderError):
     """Invalid address, rejected content: another attempt would fail the same way."""
 
 
-class Outcome(StrEnum):
-    SENT = "sent"
-    PERMANENT = "permanent"
-    TRANSIENT = "transient"
+class SuppressRecipient(PermanentError):
+    """The provider says this recipient must not be sent to again (inactive, unsubscribed):
+    fail the message and add the address to the project's suppression list."""
+
+    suppress = True
+
+
+class InvalidToken(PermanentError):
+    """The push token no longer exists: fail the message and remove the token from its subscriber."""
+
+    invalid_token = True
+
+
+class ConfigurationError(ProviderError):
+    """Bad credentials, unverified sender, paused or suspended account.
+
+    Not the message's fault and not retryable per message: every message would fail the
+    same way until a person fixes the account, so the engine pauses the provider and alerts.
+    """
+
+    outcome = Outcome.CONFIGURATION
+    provider_wide = True
 
 
 @dataclass(frozen=True)
 class Outbound:
-    """One rendered message, as much as an adapter needs to send it."""
+    """One rendered message, as much as an adapter needs to send it.
+
+    The first seven fields keep their positional order (the engine builds them that way);
+    the rest are optional extras that adapters use where their provider has the feature.
+    """
 
     message_id: str
     channel: str
@@ -53,16 +128,41 @@ class Outbound:
     text: str | None = None
     html: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Overrides the adapter's configured sender (EMAIL_FROM, TWILIO_FROM).
+    from_address: str | None = None
+    reply_to: str | None = None
+    # Extra email headers, e.g. List-Unsubscribe and List-Unsubscribe-Post (RFC 8058).
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # The JSON payload of a push notification's data or of a webhook's body.
+    data: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class SendResult:
-    """What happened to one message of a batch."""
+    """What happened to one message of a batch, and what the engine must do about it."""
 
     message_id: str
     outcome: Outcome
     provider_message_id: str | None = None
     error: str | None = None
+    # Add the recipient's address to the suppression list (with a PERMANENT outcome).
+    suppress: bool = False
+    # Remove the push token from its subscriber (with a PERMANENT outcome).
+    invalid_token: bool = False
+    # How long to pause the provider (with a RATE_LIMITED outcome).
+    retry_after: float | None = None
+
+    @classmethod
+    def from_error(cls, message_id: str, error: ProviderError) -> SendResult:
+        """The result an error means for one message; the engine can use it for whole-call errors."""
+        return cls(
+            message_id,
+            error.outcome,
+            error=str(error),
+            suppress=error.suppress,
+            invalid_token=error.invalid_token,
+            retry_after=error.retry_after,
+        )
 
 
 class Provider(Protocol):
@@ -83,6 +183,52 @@ class Provider(Protocol):
         ...
 
 
+# -- settings -------------------------------------------------------------------------------
+
+
+def required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ValueError(f"{name} is not set")
+    return value
+
+
+def number(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number; got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive; got {raw!r}")
+    return value
+
+
+def http_client(
+    env: Mapping[str, str],
+    prefix: str,
+    default_url: str,
+    classify: Callable[[requests.Response], ProviderError] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> HttpClient:
+    """An HttpClient from the `{prefix}_BASE_URL` and `{prefix}_TIMEOUT` settings.
+
+    Every adapter's base URL is configurable so tests, and the load-test fake server, can
+    stand in for the real provider on 127.0.0.1.
+    """
+    return HttpClient(
+        env.get(f"{prefix}_BASE_URL", "").strip() or default_url,
+        headers=headers,
+        timeout=number(env, f"{prefix}_TIMEOUT", 10.0),
+        classify=classify or error_for_status,
+    )
+
+
+# -- rate-limit headers ---------------------------------------------------------------------
+
+
 def retry_after_seconds(value: str | None, default: float = 1.0) -> float:
     """Read a Retry-After header, which may be seconds or an HTTP date."""
     if not value:
@@ -97,35 +243,161 @@ def retry_after_seconds(value: str | None, default: float = 1.0) -> float:
         return default
 
 
+def wait_from_headers(headers: Mapping[str, str], default: float = 1.0) -> float:
+    """How long a 429 asks us to wait: Retry-After, the IETF `RateLimit-Reset` (seconds), or
+    `X-RateLimit-Reset` (SendGrid and others: a Unix time)."""
+    if headers.get("Retry-After"):
+        return retry_after_seconds(headers["Retry-After"], default)
+    for name in ("RateLimit-Reset", "X-RateLimit-Reset"):
+        try:
+            value = float(headers.get(name, ""))
+        except ValueError:
+            continue
+        # A value this large is a point in time, not a number of seconds.
+        return max(value - time.time(), 0.0) if value > 1_000_000_000 else max(value, 0.0)
+    return default
+
+
+# -- HTTP -----------------------------------------------------------------------------------
+
+
+def build_error(kind: type[ProviderError], detail: str, response: requests.Response) -> ProviderError:
+    """Instantiate an error class from an adapter's table, reading the wait for RateLimited."""
+    if issubclass(kind, RateLimited):
+        return kind(detail, wait_from_headers(response.headers))
+    return kind(detail)
+
+
+def error_for_status(response: requests.Response, detail: str | None = None) -> ProviderError:
+    """The error an HTTP status means when the provider's body says nothing more specific."""
+    detail = detail or f"HTTP {response.status_code}: {response.text[:500]}"
+    status = response.status_code
+    if status == 429:
+        return build_error(RateLimited, detail, response)
+    if status in (401, 403):
+        return ConfigurationError(detail)
+    if status >= 500 or status in (408, 409):
+        return TransientError(detail)
+    return PermanentError(detail)
+
+
+def error_from_table(
+    table: Mapping[Any, type[ProviderError]], code: Any, detail: str, response: requests.Response
+) -> ProviderError:
+    """The error for a provider's own error code, falling back on the HTTP status."""
+    kind = table.get(code)
+    return build_error(kind, detail, response) if kind else error_for_status(response, detail)
+
+
+def json_body(response: requests.Response) -> Any:
+    """The response's JSON, or None when it has none (an error page, an empty body)."""
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 class HttpClient:
     """A pooled session with timeouts that turns HTTP failures into provider errors.
 
-    Adapters build payloads and read answers; this class owns everything that is the same
-    for every provider: connection reuse, timeouts and the status-code → error mapping.
+    Adapters build payloads and read answers; this class owns what is the same for every
+    provider: connection reuse, timeouts, redirects (never followed: a provider API does
+    not redirect a POST, and a webhook target must not bounce us elsewhere), and the
+    status → error mapping, refined per provider by `classify`.
     """
 
-    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        classify: Callable[[requests.Response], ProviderError] = error_for_status,
+        session: requests.Session | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.session = requests.Session()
+        self.classify = classify
+        self.session = session or requests.Session()
         self.session.headers.update(headers or {})
 
-    def post_json(self, path: str, payload: Any, headers: Mapping[str, str] | None = None) -> Any:
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """Send one request; raise the provider error its failure means.
+
+        `path` is appended to the base URL unless it is a whole URL (webhook targets).
+        """
+        url = path if path.startswith(("https://", "http://")) else self.base_url + path
         try:
-            response = self.session.post(self.base_url + path, json=payload, headers=headers, timeout=self.timeout)
+            response = self.session.request(method, url, timeout=self.timeout, allow_redirects=False, **kwargs)
+        except requests.ConnectTimeout as error:
+            raise Unreachable(f"could not connect to {url}: {error}") from error
+        except requests.ReadTimeout as error:
+            raise ambiguous(url, f"no answer within {self.timeout:g}s") from error
+        except requests.ConnectionError as error:
+            # A connection dropped after the request left is ambiguous; one never made is not.
+            if any(isinstance(arg, ProtocolError) for arg in error.args):
+                raise ambiguous(url, f"connection dropped: {error}") from error
+            raise Unreachable(f"could not connect to {url}: {error}") from error
         except requests.RequestException as error:
             raise TransientError(f"{type(error).__name__}: {error}") from error
-        raise_for_status(response)
-        return response.json() if response.content else None
+        if response.status_code >= 300:
+            error = self.classify(response)
+            error.response = response
+            raise error
+        return response
+
+    def post_json(self, path: str, payload: Any = None, headers: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
+        """POST `payload` as JSON (or `data=` as given) and return the answer's JSON, None if empty.
+
+        A 2xx answer that cannot be read is ambiguous: the provider took the request.
+        """
+        if payload is not None:
+            kwargs["json"] = payload
+        response = self.request("POST", path, headers=headers, **kwargs)
+        if not response.content:
+            return None
+        answer = json_body(response)
+        if answer is None:
+            raise ambiguous(self.base_url + path, f"unreadable answer: {response.text[:200]!r}")
+        return answer
 
 
-def raise_for_status(response: requests.Response) -> None:
-    """Map a provider's HTTP status to our error types; 2xx passes."""
-    if response.status_code < 300:
-        return
-    detail = f"HTTP {response.status_code}: {response.text[:500]}"
-    if response.status_code == 429:
-        raise RateLimited(detail, retry_after_seconds(response.headers.get("Retry-After")))
-    if response.status_code >= 500 or response.status_code in (408, 409):
-        raise TransientError(detail)
-    raise PermanentError(detail)
+def ambiguous(url: str, detail: str) -> TransientError:
+    """A transient error for a request that may have been taken; logged, because a retry may
+    duplicate the message where the provider has no idempotency key."""
+    logger.warning("ambiguous provider call to %s: %s; the message may have been accepted", url, detail)
+    return TransientError(f"ambiguous: {detail}", ambiguous=True)
+
+
+# -- sending one request per message or group -----------------------------------------------
+
+
+def send_groups(
+    groups: Sequence[Sequence[Outbound]],
+    send: Callable[[Sequence[Outbound]], list[SendResult]],
+) -> list[SendResult]:
+    """Send each group with one provider call, turning each call's error into its messages' results.
+
+    For providers that take one message (or one group of alike messages) per request. An
+    error that concerns the provider as a whole (rate limited, misconfigured, unreachable)
+    stops the loop: raised when nothing has been tried yet, so the engine pauses the provider exactly
+    as for a batch call; otherwise recorded for the messages not yet tried, because raising
+    would report the messages already sent as failed.
+    """
+    results: list[SendResult] = []
+    for index, group in enumerate(groups):
+        try:
+            results.extend(send(group))
+        except ProviderError as error:
+            if not error.provider_wide:
+                results.extend(SendResult.from_error(m.message_id, error) for m in group)
+                continue
+            if not results:
+                raise
+            untried = [m for rest in groups[index:] for m in rest]
+            results.extend(SendResult.from_error(m.message_id, error) for m in untried)
+            break
+    return results
+
+
+def one_by_one(batch: Sequence[Outbound]) -> list[list[Outbound]]:
+    return [[message] for message in batch]

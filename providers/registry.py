@@ -6,9 +6,31 @@ from collections.abc import Mapping
 
 from providers.base import Provider
 from providers.fake import FakeProvider
+from providers.fcm import FcmProvider
 from providers.log import LogProvider
+from providers.postmark import PostmarkProvider
+from providers.resend import ResendProvider
+from providers.sendgrid import SendGridProvider
+from providers.ses import SesProvider
+from providers.smtp import SmtpProvider
+from providers.twilio import TwilioProvider
+from providers.webhook import WebhookProvider
 
-PROVIDERS: dict[str, type[Provider]] = {cls.name: cls for cls in (LogProvider, FakeProvider)}
+PROVIDERS: dict[str, type[Provider]] = {
+    cls.name: cls
+    for cls in (
+        LogProvider,
+        FakeProvider,
+        SmtpProvider,
+        ResendProvider,
+        PostmarkProvider,
+        SendGridProvider,
+        SesProvider,
+        TwilioProvider,
+        FcmProvider,
+        WebhookProvider,
+    )
+}
 
 
 def names() -> list[str]:

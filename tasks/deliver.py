@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings
+from app.counters import increment
 from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
-from providers.base import Outbound, Outcome, Provider, ProviderError, RateLimited, SendResult
+from providers.base import Outbound, Outcome, Provider, ProviderError, SendResult
 from tasks import dispatch, store
 from tasks.adapters import provider_instance
 from tasks.celery_app import celery_app, settings
@@ -46,6 +47,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
             postpone(config, provider, priority, ids[grant.granted :], grant.wait_seconds)
+            increment(client, "pacing_postponed", len(ids) - grant.granted, provider=provider)
         ids = ids[: grant.granted]
     if not ids:
         return
@@ -54,8 +56,10 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     if not claimed:
         return
     run = send_all(provider_instance(provider), claimed)
-    if run.rate_limited_for is not None:
-        ProviderPauses(client).pause(provider, run.rate_limited_for, "provider answered 429")
+    if run.pause is not None:
+        seconds, cause, reason = run.pause
+        ProviderPauses(client).pause(provider, seconds, reason)
+        increment(client, "provider_pauses", provider=provider, cause=cause)
     outcomes = decide_all(config, run, claimed)
     with session_scope(config.database_url) as session:
         store.finalise(session, outcomes)
@@ -74,27 +78,33 @@ def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str],
             enqueue_after_commit(session, signature)
 
 
+# Outcomes that concern the provider rather than the message: stop, pause, keep the attempt.
+PROVIDER_WIDE = (Outcome.RATE_LIMITED, Outcome.CONFIGURATION)
+# A misconfigured account needs a person; meanwhile the provider is retried this often.
+CONFIGURATION_PAUSE_SECONDS = 300
+
+
 @dataclass
 class SendRun:
-    """What the provider said: a result per message sent, and what a 429 stopped."""
+    """What the provider said: a result per message tried, what a pause stopped, and the pause."""
 
     results: list[SendResult] = field(default_factory=list)
     unsent: list[Row] = field(default_factory=list)
-    rate_limited_for: float | None = None
+    pause: tuple[float, str, str] | None = None  # seconds, cause, reason
 
 
 def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
-        if run.rate_limited_for is not None:
+        if run.pause is not None:
             run.unsent.extend(chunk)
             continue
-        try:
-            run.results.extend(send_chunk(adapter, chunk))
-        except RateLimited as error:
-            run.unsent.extend(chunk)
-            run.rate_limited_for = error.retry_after
+        results = send_chunk(adapter, chunk)
+        run.results.extend(results)
+        stopper = next((r for r in results if r.outcome in PROVIDER_WIDE), None)
+        if stopper is not None:
+            run.pause = pause_for(stopper)
     return run
 
 
@@ -102,14 +112,17 @@ def send_chunk(adapter: Provider, chunk: Sequence[Row]) -> list[SendResult]:
     """Send one provider batch; a failure of the whole call becomes a result per message."""
     try:
         return adapter.send([outbound(row) for row in chunk])
-    except RateLimited:
-        raise
     except ProviderError as error:
-        outcome = Outcome.TRANSIENT if error.retryable else Outcome.PERMANENT
-        return [SendResult(row.id, outcome, error=str(error)) for row in chunk]
+        return [SendResult.from_error(row.id, error) for row in chunk]
     except Exception as error:
         logger.exception("provider %s raised unexpectedly", adapter.name)
         return [SendResult(row.id, Outcome.TRANSIENT, error=f"{type(error).__name__}: {error}") for row in chunk]
+
+
+def pause_for(result: SendResult) -> tuple[float, str, str]:
+    if result.outcome is Outcome.RATE_LIMITED:
+        return result.retry_after or 1.0, "rate_limited", f"provider asked to wait: {result.error}"
+    return CONFIGURATION_PAUSE_SECONDS, "configuration", f"configuration error: {result.error}"
 
 
 def outbound(row: Row) -> Outbound:
@@ -125,26 +138,31 @@ def outbound(row: Row) -> Outbound:
 
 
 def decide_all(config: Settings, run: SendRun, claimed: Sequence[Row]) -> list[store.Finalised]:
-    """Every claimed message's next status; a 429 gives the attempt back."""
+    """Every claimed message's next status; a provider-wide stop gives the attempt back."""
     by_id = {row.id: row for row in claimed}
+    ready_at = None
+    if run.pause is not None:
+        ready_at = datetime.now(UTC) + timedelta(seconds=min(run.pause[0], MAX_COUNTDOWN))
     outcomes = [
-        decide(result, by_id[result.message_id], config) for result in run.results if result.message_id in by_id
+        decide(result, by_id[result.message_id], config, ready_at)
+        for result in run.results
+        if result.message_id in by_id
     ]
-    if run.rate_limited_for is not None:
-        ready_at = datetime.now(UTC) + timedelta(seconds=min(run.rate_limited_for, MAX_COUNTDOWN))
-        outcomes += [
-            store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
-            for row in run.unsent
-        ]
+    outcomes += [
+        store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
+        for row in run.unsent
+    ]
     return align_short_retries(outcomes)
 
 
-def decide(result: SendResult, row: Row, config: Settings) -> store.Finalised:
+def decide(result: SendResult, row: Row, config: Settings, ready_at: datetime | None) -> store.Finalised:
     """Turn a provider's answer into the message's next status."""
     if result.outcome is Outcome.SENT:
         return store.Finalised(row.id, MessageStatus.SENT, provider_message_id=result.provider_message_id)
     if result.outcome is Outcome.PERMANENT:
         return store.Finalised(row.id, MessageStatus.FAILED, error=result.error)
+    if result.outcome in PROVIDER_WIDE:
+        return store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
     if row.attempts >= config.max_attempts[Channel(row.channel)]:
         return store.Finalised(row.id, MessageStatus.DEAD, error=result.error)
     wait = timedelta(seconds=backoff(row.attempts, config.retry_delay_scale))

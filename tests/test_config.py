@@ -49,8 +49,9 @@ def test_broker_may_be_rabbitmq():
         ({"TIDINGS_PORT": "70000"}, "TIDINGS_PORT must be from 1 to 65535; got 70000"),
         (
             {"EMAIL_PROVIDER": "carrier-pigeon"},
-            "EMAIL_PROVIDER must be one of fake, log; got 'carrier-pigeon'",
+            "EMAIL_PROVIDER must be one of fake, log, postmark, resend, sendgrid, ses, smtp; got 'carrier-pigeon'",
         ),
+        ({"SMS_PROVIDER": "postmark"}, "SMS_PROVIDER must be one of fake, log, twilio; got 'postmark'"),
         ({"EMAIL_PROVIDER": "fake"}, "EMAIL_PROVIDER=fake: FAKE_PROVIDER_URL is not set"),
     ],
 )

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from pytest_httpserver import HTTPServer
 
-from providers.base import Outbound, Outcome, PermanentError, RateLimited, TransientError
+from providers.base import (
+    ConfigurationError,
+    Outbound,
+    Outcome,
+    PermanentError,
+    RateLimited,
+    TransientError,
+)
 from providers.fake import FakeProvider
 
 MESSAGES = [
@@ -78,7 +85,14 @@ def test_server_errors_are_transient(httpserver, adapter, status):
         adapter.send(MESSAGES)
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 422])
+@pytest.mark.parametrize("status", [401, 403])
+def test_credential_errors_are_configuration_errors(httpserver, adapter, status):
+    httpserver.expect_oneshot_request("/messages").respond_with_data("who are you", status)
+    with pytest.raises(ConfigurationError):
+        adapter.send(MESSAGES)
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
 def test_client_errors_are_permanent(httpserver, adapter, status):
     httpserver.expect_oneshot_request("/messages").respond_with_data("no", status)
     with pytest.raises(PermanentError) as raised:

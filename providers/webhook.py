@@ -1,0 +1,177 @@
+"""Webhook (webhook channel): POST the message's JSON to its URL, signed as Standard Webhooks.
+
+Headers `webhook-id` (our message id, the same on every retry so the receiver can
+deduplicate), `webhook-timestamp` and `webhook-signature` (`v1,` + base64 HMAC-SHA256 of
+`{id}.{timestamp}.{body}` under the `whsec_` secret), as standardwebhooks.com specifies.
+
+The URL comes from whoever sends the notification, so the request must not become a way
+into our own network (SSRF): the address actually connected to is checked on every new
+connection, after DNS resolution, so a name that resolves (or re-resolves) to a private,
+loopback or link-local address is refused. Plain http is allowed only to networks listed
+in WEBHOOK_ALLOWED_NETWORKS (an internal service, or tests on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from providers.base import (
+    HttpClient,
+    Outbound,
+    Outcome,
+    PermanentError,
+    ProviderError,
+    SendResult,
+    TransientError,
+    number,
+    one_by_one,
+    required,
+    send_groups,
+)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class RefusedTarget(Exception):
+    """The connection reached an address webhooks may not go to.
+
+    Deliberately not an OSError: urllib3 would take it for a network failure and retry.
+    """
+
+
+def check_peer(address: str, allowed: Sequence[Network], plain_http: bool) -> None:
+    """Refuse a non-public address unless allowed, and plain http anywhere but allowed networks."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    if any(ip in network for network in allowed):
+        return
+    if plain_http:
+        raise RefusedTarget(f"plain http to {ip} refused: webhooks use https")
+    if not ip.is_global or ip.is_multicast:
+        raise RefusedTarget(f"{ip} is a private, loopback or link-local address")
+
+
+def guarded(base: type[HTTPConnection], allowed: Sequence[Network]) -> type[HTTPConnection]:
+    """A urllib3 connection class that checks the peer right after connecting, before TLS."""
+
+    class Guarded(base):
+        def _new_conn(self):
+            sock = super()._new_conn()
+            try:
+                check_peer(sock.getpeername()[0], allowed, plain_http=base is HTTPConnection)
+            except RefusedTarget:
+                sock.close()
+                raise
+            return sock
+
+    return Guarded
+
+
+class GuardedAdapter(HTTPAdapter):
+    """A requests transport whose every connection goes through `check_peer`."""
+
+    def __init__(self, allowed: Sequence[Network]):
+        self.pools = {
+            "http": type("GuardedPool", (HTTPConnectionPool,), {"ConnectionCls": guarded(HTTPConnection, allowed)}),
+            "https": type(
+                "GuardedTLSPool", (HTTPSConnectionPool,), {"ConnectionCls": guarded(HTTPSConnection, allowed)}
+            ),
+        }
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = self.pools
+
+
+def classify(response: requests.Response) -> ProviderError:
+    """A receiver's answer concerns its own endpoint only: never pause the whole channel.
+
+    Timeouts, 5xx, 408, 409, 425 and 429 are worth another attempt later; any other answer
+    (3xx, which we do not follow, 4xx, and 410 Gone above all) fails the message.
+    """
+    detail = f"HTTP {response.status_code} from the receiver: {response.text[:300]}"
+    if response.status_code >= 500 or response.status_code in (408, 409, 425, 429):
+        return TransientError(detail)
+    return PermanentError(detail)
+
+
+def networks(raw: str) -> list[Network]:
+    try:
+        return [ipaddress.ip_network(item.strip()) for item in raw.split(",") if item.strip()]
+    except ValueError as error:
+        raise ValueError(f"WEBHOOK_ALLOWED_NETWORKS: {error}") from None
+
+
+class WebhookProvider:
+    name: ClassVar[str] = "webhook"
+    channels: ClassVar[frozenset[str]] = frozenset({"webhook"})
+    max_batch: ClassVar[int] = 1
+    idempotent: bool = True  # webhook-id is our message id: receivers de-duplicate on it
+
+    def __init__(self, secret: str, allowed: Sequence[Network], timeout: float):
+        if not secret.startswith("whsec_"):
+            raise ValueError("WEBHOOK_SIGNING_SECRET must start with whsec_")
+        try:
+            self.key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        except ValueError:
+            raise ValueError("WEBHOOK_SIGNING_SECRET must be whsec_ followed by base64") from None
+        session = requests.Session()
+        session.trust_env = False  # a proxy from the environment would hide the real target
+        session.mount("http://", GuardedAdapter(allowed))
+        session.mount("https://", GuardedAdapter(allowed))
+        self.client = HttpClient("", timeout=timeout, classify=classify, session=session)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        return cls(
+            required(env, "WEBHOOK_SIGNING_SECRET"),
+            networks(env.get("WEBHOOK_ALLOWED_NETWORKS", "")),
+            number(env, "WEBHOOK_TIMEOUT", 10.0),
+        )
+
+    def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
+        return send_groups(one_by_one(batch), self._send_one)
+
+    def _send_one(self, group: Sequence[Outbound]) -> list[SendResult]:
+        message = group[0]
+        if not message.to.startswith(("https://", "http://")):
+            raise PermanentError(f"not an http(s) URL: {message.to!r}")
+        body = json.dumps(payload(message), separators=(",", ":"))
+        try:
+            self.client.request("POST", message.to, data=body.encode(), headers=self.headers(message, body))
+        except RefusedTarget as error:
+            raise PermanentError(f"refused target {message.to}: {error}") from error
+        return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
+
+    def headers(self, message: Outbound, body: str) -> dict[str, str]:
+        timestamp = str(int(time.time()))
+        signed = f"{message.message_id}.{timestamp}.{body}".encode()
+        signature = base64.b64encode(hmac.new(self.key, signed, hashlib.sha256).digest()).decode()
+        return {
+            "Content-Type": "application/json",
+            "webhook-id": message.message_id,
+            "webhook-timestamp": timestamp,
+            "webhook-signature": f"v1,{signature}",
+        }
+
+
+def payload(message: Outbound) -> Any:
+    """The rendered JSON in `data`; a message without it sends its subject and bodies."""
+    if message.data is not None:
+        return message.data
+    content = {"subject": message.subject, "text": message.text, "html": message.html}
+    return {key: value for key, value in content.items() if value is not None}
