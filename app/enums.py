@@ -67,3 +67,10 @@ class EventType(StrEnum):
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"
+
+
+class SuppressionReason(StrEnum):
+    BOUNCE = "bounce"
+    COMPLAINT = "complaint"
+    UNSUBSCRIBE = "unsubscribe"
+    MANUAL = "manual"
