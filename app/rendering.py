@@ -266,14 +266,21 @@ def _range_problem(call: nodes.Call) -> list[str]:
 Compiled = dict[str, Any]
 
 
+# Fields render in this order, so the first error reported is the one a reader meets first.
+FIELD_ORDER = ("subject", "title", "text", "body", "html", "data", "payload")
+
+
 def compile_variant(variant: Mapping[str, Any]) -> Compiled:
     """Compile every field of one locale variant; the structure of JSON fields is kept."""
-    return {field: _compile(field, value) for field, value in variant.items() if value is not None}
+    return {field: _compile(field, variant[field]) for field in FIELD_ORDER if variant.get(field) is not None}
 
 
 def _compile(field: str, value: Any) -> Any:
     if isinstance(value, str):
-        return _env_for(field).compile_limited(value)
+        try:
+            return _env_for(field).compile_limited(value)
+        except TemplateSyntaxError as error:  # checked at save; kept from failing a whole batch
+            raise RenderError(field, f"template syntax error: {error.message}") from error
     if isinstance(value, Mapping):
         return {key: _compile(field, item) for key, item in value.items()}
     if isinstance(value, list):

@@ -16,8 +16,11 @@ from app.audience_schemas import (
     SubscriberPageSchema,
     SubscriberSchema,
 )
+from app.errors import field_error
 from app.pagination import PageArgsSchema
 from app.services import preferences, subscribers
+
+MAX_EXTERNAL_ID = 255
 
 blp = project_blueprint("subscribers", __name__, description="Who gets notifications, and what they want.")
 
@@ -28,6 +31,8 @@ blp = project_blueprint("subscribers", __name__, description="Who gets notificat
 @blp.alt_response(201, schema=SubscriberOutSchema, description="Created.")
 def put_subscriber(profile: dict[str, Any], external_id: str):
     """Create or replace a subscriber's profile; fields left out are cleared, preferences kept."""
+    if len(external_id) > MAX_EXTERNAL_ID:
+        field_error(422, "Invalid request.", "path", "external_id", "Use 1 to 255 characters.")
     row = subscribers.put(context().db, g.caller.project_id, external_id, profile)
     return row, 201 if row.created else 200
 

@@ -16,10 +16,9 @@ from app.enums import Channel
 from app.errors import abort, field_error
 from app.models import Template
 from app.pagination import decode_cursor, page
-from app.rendering import FIELDS, RenderError, check_source, pick_locale, render_version
+from app.rendering import FIELD_ORDER, FIELDS, RenderError, check_source, pick_locale, render_version
 from app.sms import measure
 
-CONTENT_FIELDS = ("subject", "text", "html", "title", "body", "data", "payload")
 # What a variant must have for its channel to send anything: all of one group, per channel.
 REQUIRED = {
     Channel.EMAIL: [("subject", "text"), ("subject", "html")],
@@ -174,7 +173,7 @@ def _version(
 
 def _variant(channel: Channel, data: dict[str, Any]) -> dict[str, Any]:
     """The fields of one locale, checked for the channel and for unsafe template code."""
-    variant = {field: data[field] for field in CONTENT_FIELDS if field in data}
+    variant = {field: data[field] for field in FIELD_ORDER if field in data}
     allowed = FIELDS.get(channel)
     if allowed is None:
         field_error(422, INVALID, "json", "channel", f"There are no templates for {channel}.")

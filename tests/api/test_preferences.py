@@ -102,3 +102,19 @@ def test_bad_project_settings_are_422(client):
         "required_categories": {"0": ["Use 1 to 64 of a-z, 0-9, _ . and -."]},
         "quiet_hours": {"start": ["Use HH:MM, 00:00 to 23:59."], "end": ["Missing data for required field."]},
     }
+
+
+def test_openapi_documents_the_audience_routes_and_project_settings(client):
+    spec = client.get("/openapi.json").get_json()
+    assert {
+        "/v1/subscribers/{external_id}",
+        "/v1/subscribers/import",
+        "/v1/subscribers/{external_id}/preferences",
+        "/v1/suppressions",
+        "/v1/suppressions/{channel}/{address}",
+        "/v1/templates",
+        "/v1/templates/{key}",
+        "/v1/templates/{key}/preview",
+    } <= set(spec["paths"])
+    settings = spec["components"]["schemas"]["ProjectSettings"]["properties"]
+    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours"}

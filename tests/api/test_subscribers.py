@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -43,6 +44,12 @@ def test_put_keeps_preferences(project):
     project.call("PUT", "/v1/subscribers/u1/preferences", {"channels": {"sms": False}})
     project.call("PUT", "/v1/subscribers/u1", ADA)
     assert project.call("GET", "/v1/subscribers/u1/preferences").get_json()["channels"] == {"sms": False}
+
+
+def test_an_external_id_longer_than_255_is_422(project):
+    answer = project.call("PUT", "/v1/subscribers/" + "x" * 256, {})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"] == {"path": {"external_id": ["Use 1 to 255 characters."]}}
 
 
 def test_bad_profiles_are_422_and_write_nothing(project):
@@ -116,8 +123,12 @@ def test_import_writes_the_good_rows_and_reports_the_bad_by_index(project, engin
     assert project.call("GET", "/v1/subscribers/existing").get_json()["push_tokens"] == ["a", "b"]
 
 
-def test_import_of_10000_rows_is_one_call(project, engine):
-    rows = [{"external_id": f"bulk-{i:05}", "email": f"b{i}@example.com"} for i in range(10_000)]
+def test_import_of_10000_rows_is_one_call_over_1_mib(project, engine):
+    rows = [
+        {"external_id": f"bulk-{i:05}", "email": f"b{i}@example.com", "data": {"bio": "x" * 150}}
+        for i in range(10_000)
+    ]
+    assert len(json.dumps({"subscribers": rows})) > 2 * 1024 * 1024
     answer = project.call("POST", "/v1/subscribers/import", {"subscribers": rows})
     assert answer.get_json() == {"created": 10_000, "updated": 0, "rejected": []}
     too_many = project.call("POST", "/v1/subscribers/import", {"subscribers": [*rows, rows[0]]})
