@@ -153,13 +153,10 @@ class TemplateUpdateSchema(TemplateContentSchema):
     channel = fields.Enum(Channel, by_value=True, metadata={"description": "Optional; must not change."})
 
 
-class TemplateSchema(Schema):
-    key = fields.String()
-    channel = fields.String()
-    version = fields.Integer()
-    locale = fields.String(metadata={"description": "The variant shown."})
-    default_locale = fields.String()
-    locales = fields.List(fields.String())
+class TemplateFieldsSchema(Schema):
+    """One locale's fields as stored (a template) or rendered (a preview); a channel uses some."""
+
+    locale = fields.String()
     subject = fields.String()
     text = fields.String()
     html = fields.String()
@@ -167,6 +164,14 @@ class TemplateSchema(Schema):
     body = fields.String()
     data = fields.Dict()
     payload = fields.Raw()
+
+
+class TemplateSchema(TemplateFieldsSchema):
+    key = fields.String()
+    channel = fields.String()
+    version = fields.Integer()
+    default_locale = fields.String()
+    locales = fields.List(fields.String())
     created_at = fields.DateTime()
 
 
@@ -181,15 +186,7 @@ class PreviewSchema(Schema):
     version = fields.Integer(validate=validate.Range(min=1), metadata={"description": "Latest if absent."})
 
 
-class PreviewOutSchema(Schema):
-    locale = fields.String()
-    subject = fields.String()
-    text = fields.String()
-    html = fields.String()
-    title = fields.String()
-    body = fields.String()
-    data = fields.Dict()
-    payload = fields.Raw()
+class PreviewOutSchema(TemplateFieldsSchema):
     length = fields.Integer(metadata={"description": "SMS: units in its encoding (septets or UTF-16)."})
     segments = fields.Integer(metadata={"description": "SMS: parts it is sent as."})
     encoding = fields.String(metadata={"description": "SMS: GSM-7 or UCS-2."})

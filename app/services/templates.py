@@ -36,19 +36,7 @@ def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> 
     locale = data.get("locale") or DEFAULT_LOCALE
     variant = _variant(channel, data)
     with db.begin() as session:
-        row = session.scalars(
-            insert(Template)
-            .values(
-                project_id=project_id,
-                key=data["key"],
-                version=1,
-                channel=channel,
-                default_locale=locale,
-                variants={locale: variant},
-            )
-            .on_conflict_do_nothing()
-            .returning(Template)
-        ).first()
+        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant})
     if row is None:
         abort(409, f"Template {data['key']!r} exists already; PUT /v1/templates/{data['key']} changes it.")
     return present(row, locale)
@@ -68,19 +56,9 @@ def update(db: sessionmaker[Session], project_id: str, key: str, data: dict[str,
         variants = {**latest.variants, locale: _variant(latest.channel, data)}
         if variants == latest.variants:
             return present(latest, locale)
-        row = session.scalars(
-            insert(Template)
-            .values(
-                project_id=project_id,
-                key=key,
-                version=latest.version + 1,
-                channel=latest.channel,
-                default_locale=latest.default_locale,
-                variants=variants,
-            )
-            .on_conflict_do_nothing()
-            .returning(Template)
-        ).first()
+        row = _insert_version(
+            session, project_id, key, latest.version + 1, latest.channel, latest.default_locale, variants
+        )
     if row is None:
         abort(409, f"Template {key!r} changed at the same time; send the change again.")
     return present(row, locale)
@@ -156,6 +134,31 @@ def present(row: Template, locale: str) -> dict[str, Any]:
         **row.variants[locale],
         "created_at": row.created_at,
     }
+
+
+def _insert_version(
+    session: Session,
+    project_id: str,
+    key: str,
+    version: int,
+    channel: Channel,
+    default_locale: str,
+    variants: dict[str, Any],
+) -> Template | None:
+    """Write one version; None when that (key, version) exists already (the caller says why)."""
+    return session.scalars(
+        insert(Template)
+        .values(
+            project_id=project_id,
+            key=key,
+            version=version,
+            channel=channel,
+            default_locale=default_locale,
+            variants=variants,
+        )
+        .on_conflict_do_nothing()
+        .returning(Template)
+    ).first()
 
 
 def _version(

@@ -62,6 +62,15 @@ def stored_content(engine, message_id: str) -> tuple:
         )
 
 
+def make_due(engine, message_id: str) -> None:
+    """As if the time a scheduled message waits for had come."""
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET scheduled_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": message_id},
+        )
+
+
 def test_an_opted_out_category_is_skipped(audience, fake_provider):
     audience.call("PUT", "/v1/subscribers/u1/preferences", {"categories": {"marketing": {"email": False}}})
     message = audience.wait_for(audience.send(to_u1(category="marketing")).get_json()["id"])
@@ -174,11 +183,7 @@ def test_quiet_hours_hold_a_message_until_the_window_ends_then_release_it(audien
         "end": (ends + timedelta(hours=2)).strftime("%H:%M"),
     }
     audience.call("PUT", "/v1/subscribers/u1/preferences", {"quiet_hours": passed})
-    with engine.begin() as connection:
-        connection.execute(
-            text("UPDATE messages SET scheduled_at = now() - interval '1 second' WHERE id = :id"),
-            {"id": message_id},
-        )
+    make_due(engine, message_id)
     release_due()
     sent = audience.wait_for(message_id)
     assert sent["status"] == "sent"
@@ -206,11 +211,7 @@ def test_a_message_is_rendered_with_the_version_it_was_accepted_with(audience, e
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     message_id = audience.send(with_template(data={"name": "Ada"}, scheduled_at=later)).get_json()["id"]
     audience.call("PUT", "/v1/templates/welcome", {"subject": "Changed {{ name }}", "text": "t"})
-    with engine.begin() as connection:
-        connection.execute(
-            text("UPDATE messages SET scheduled_at = now() - interval '1 second' WHERE id = :id"),
-            {"id": message_id},
-        )
+    make_due(engine, message_id)
     release_due()
     message = audience.wait_for(message_id)
     assert (message["status"], message["template"], message["template_version"]) == ("sent", "welcome", 2)
