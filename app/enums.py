@@ -68,3 +68,10 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
     UNKNOWN = "unknown"
+
+
+class SuppressionReason(StrEnum):
+    BOUNCE = "bounce"
+    COMPLAINT = "complaint"
+    UNSUBSCRIBE = "unsubscribe"
+    MANUAL = "manual"

@@ -31,7 +31,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from app.enums import ACTIVE_STATUSES, Channel, EventType, KeyKind, MessageStatus, Priority
+from app.enums import (
+    ACTIVE_STATUSES,
+    Channel,
+    EventType,
+    KeyKind,
+    MessageStatus,
+    Priority,
+    SuppressionReason,
+)
 
 
 def _enum(enum: type[StrEnum]) -> Enum:
@@ -105,6 +113,13 @@ class Message(Base):
     __table_args__ = (
         UniqueConstraint("project_id", "idempotency_key", name="uq_messages_project_idempotency_key"),
         Index("ix_messages_project_created", "project_id", "created_at"),
+        # Erasure finds a subscriber's messages by it.
+        Index(
+            "ix_messages_project_subscriber",
+            "project_id",
+            "subscriber_id",
+            postgresql_where=text("subscriber_id IS NOT NULL"),
+        ),
         Index(
             "ix_messages_active",
             "status",
@@ -126,6 +141,7 @@ class Message(Base):
     provider_message_id: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     test: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    bypass_quiet_hours: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     template: Mapped[str | None] = mapped_column(String(128))
@@ -149,6 +165,10 @@ class MessageContent(Base):
     html: Mapped[str | None] = mapped_column(Text)
     data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", server_default=EMPTY_JSON)
+    # The locale the sender asked for; prepare falls back to the subscriber's, then the template's.
+    locale: Mapped[str | None] = mapped_column(String(35))
+    # Rendered structured content beside the text: a push notification's data.
+    payload: Mapped[dict[str, Any] | None]
 
 
 class Event(Base):
@@ -164,3 +184,36 @@ class Event(Base):
     type: Mapped[EventType] = mapped_column(_enum(EventType))
     at: Mapped[datetime] = _now()
     data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+
+
+class Template(Base):
+    """One immutable version of a template: every locale variant of it, as it was saved.
+
+    A change makes a new row, so a message that recorded (key, version) renders the same
+    words whenever it is prepared, and the worker may cache compiled versions for good.
+    """
+
+    __tablename__ = "templates"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    channel: Mapped[Channel] = mapped_column(_enum(Channel))
+    default_locale: Mapped[str] = mapped_column(String(35))
+    # locale → {field: source}; fields per channel as in app.rendering.FIELDS.
+    variants: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now()
+
+
+class Suppression(Base):
+    """An address that must not be contacted on a channel, until `expires_at` if set."""
+
+    __tablename__ = "suppressions"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    channel: Mapped[Channel] = mapped_column(_enum(Channel), primary_key=True)
+    address: Mapped[str] = mapped_column(Text, primary_key=True)
+    reason: Mapped[SuppressionReason] = mapped_column(_enum(SuppressionReason))
+    expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()

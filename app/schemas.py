@@ -10,7 +10,66 @@ from app.enums import Channel, KeyKind, MessageStatus, Priority
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
+CATEGORY = r"^[a-z0-9_.-]{1,64}$"
+LOCALE = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$"
+CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 MAX_TEXT = 256 * 1024
+
+CHANNEL_NAMES = [c.value for c in Channel]
+
+
+def category_field(**kwargs: Any) -> fields.String:
+    return fields.String(validate=validate.Regexp(CATEGORY, error="Use 1 to 64 of a-z, 0-9, _ . and -."), **kwargs)
+
+
+def locale_field(**kwargs: Any) -> fields.String:
+    return fields.String(validate=validate.Regexp(LOCALE, error="Not a locale like en or pt-BR."), **kwargs)
+
+
+def channel_switches(**kwargs: Any) -> fields.Dict:
+    """{"sms": false}: a channel name → on or off."""
+    return fields.Dict(keys=fields.String(validate=validate.OneOf(CHANNEL_NAMES)), values=fields.Boolean(), **kwargs)
+
+
+def category_switches(**kwargs: Any) -> fields.Dict:
+    """{"marketing": {"email": false}}: a category → channel switches."""
+    return fields.Dict(keys=category_field(), values=channel_switches(), **kwargs)
+
+
+class QuietHoursSchema(Schema):
+    """A daily window in the subscriber's time zone, e.g. 22:00 to 08:00 (it may wrap midnight)."""
+
+    start = fields.String(required=True, validate=validate.Regexp(CLOCK, error="Use HH:MM, 00:00 to 23:59."))
+    end = fields.String(required=True, validate=validate.Regexp(CLOCK, error="Use HH:MM, 00:00 to 23:59."))
+
+    @validates_schema
+    def not_empty(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("start") == data.get("end"):
+            raise ValidationError("start and end must differ.", "end")
+
+
+class ProjectSettingsSchema(Schema):
+    """Audience rules for the whole project."""
+
+    required_categories = fields.List(
+        category_field(),
+        load_default=list,
+        dump_default=list,
+        metadata={"description": "Categories no preference can turn off, e.g. security."},
+    )
+    category_defaults = category_switches(
+        load_default=dict,
+        dump_default=dict,
+        metadata={"description": "Category x channel switches for subscribers who set none."},
+    )
+    quiet_hours = fields.Nested(
+        QuietHoursSchema,
+        allow_none=True,
+        load_default=None,
+        dump_default=None,
+        metadata={"description": "Default quiet hours for subscribers who set none."},
+    )
+
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.
 ADDRESS_FOR_CHANNEL = {
@@ -30,6 +89,7 @@ class ProjectCreateSchema(Schema):
         load_default=lambda: [c.value for c in Channel],
     )
     rate_limit_per_min = fields.Integer(allow_none=True, validate=validate.Range(min=1))
+    settings = fields.Nested(ProjectSettingsSchema, metadata={"description": "Replaced whole when given."})
 
 
 class ProjectUpdateSchema(ProjectCreateSchema):
@@ -47,6 +107,7 @@ class ProjectSchema(Schema):
     name = fields.String()
     channels = fields.List(fields.String())
     rate_limit_per_min = fields.Integer(allow_none=True)
+    settings = fields.Nested(ProjectSettingsSchema)
     created_at = fields.DateTime()
 
 
@@ -99,12 +160,15 @@ class SendSchema(Schema):
     to = fields.Nested(RecipientSchema, required=True)
     template = fields.String(validate=validate.Length(1, 128))
     data = fields.Dict(keys=fields.String())
-    locale = fields.String(validate=validate.Length(1, 35))
+    locale = locale_field()
     content = fields.Nested(ContentSchema)
-    category = fields.String(validate=validate.Regexp(r"^[a-z0-9_.-]{1,64}$"))
+    category = category_field()
     priority = fields.Enum(Priority, by_value=True, load_default=Priority.TRANSACTIONAL)
     scheduled_at = fields.AwareDateTime(allow_none=True)
     metadata = fields.Dict(keys=fields.String())
+    bypass_quiet_hours = fields.Boolean(
+        load_default=False, metadata={"description": "Send at once even inside the recipient's quiet hours."}
+    )
 
     @validates_schema
     def content_and_recipient_fit(self, data: dict[str, Any], **_: Any) -> None:

@@ -1,47 +1,164 @@
-"""Prepare: resolve each accepted message's address and provider, then route it to a deliver lane."""
+"""Prepare: decide who gets each accepted message and in which words, then route it.
+
+For a batch of up to 500 ids, a fixed number of statements whatever the batch size
+(tasks/prepare_store.py): load messages with subscribers, preferences and project
+settings; load the pinned template versions; load matching suppressions; then in memory,
+per message, in this order:
+
+1. no address for the channel        → failed
+2. address suppressed                 → suppressed (required categories too: the address
+                                        bounced, complained or asked not to be contacted)
+3. a preference turns it off          → skipped (never for a required category)
+4. inside the subscriber's quiet hours → scheduled until the window ends (not for
+                                        required categories nor `bypass_quiet_hours`)
+5. the template does not render       → failed (a missing variable is never a blank)
+6. otherwise                          → ready, and on to its deliver lane.
+
+Rendering comes last so that messages that will not go are never rendered.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Row
 
+from app.addresses import normalise_address
 from app.db import enqueue_after_commit, session_scope
-from app.enums import Channel, EventType
-from tasks import dispatch, store
+from app.enums import Channel, EventType, MessageStatus
+from app.policy import ProjectRules, held_until, opted_out
+from app.rendering import RenderError, as_content, render_version
+from tasks import dispatch, prepare_store, store
 from tasks.celery_app import celery_app, settings
+from tasks.prepare_store import Closed, Rendered
+
+
+@dataclass
+class Plan:
+    """What prepare decided for a batch, gathered so each outcome is written in one statement."""
+
+    closed: list[Closed] = field(default_factory=list)
+    held: list[tuple[str, datetime]] = field(default_factory=list)
+    rendered: list[Rendered] = field(default_factory=list)
+    ready: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, provider, priority, address
+    events: list[store.NewEvent] = field(default_factory=list)
+
+    def close(self, row: Row, status: MessageStatus, event: EventType, data: dict[str, Any]) -> None:
+        error = data["reason"] if status is MessageStatus.FAILED else None
+        self.closed.append(Closed(row.id, status, error))
+        self.events.append(store.NewEvent(row.id, row.project_id, event, data))
 
 
 @celery_app.task(name="tidings.prepare")
 def prepare(ids: list[str]) -> None:
-    """Resolve each accepted message's address and provider, then hand it to its deliver lane."""
+    """Decide every accepted message of the batch and hand the sendable ones to deliver."""
     config = settings()
     with session_scope(config.database_url) as session:
-        rows = store.load_for_prepare(session, ids)
-        ready: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-        unsendable: list[tuple[str, str]] = []
-        for row in rows:
-            address = row.to_address or subscriber_address(row)
-            if address is None:
-                unsendable.append((row.id, f"subscriber {row.subscriber_id!r} has no {row.channel} address"))
-                continue
-            provider = "log" if row.test else config.providers[Channel(row.channel)]
-            ready[(provider, row.priority)].append((row.id, address))
-        failed = store.fail_unsendable(session, unsendable)
-        store.record_events(
+        rows = prepare_store.load(session, ids)
+        if not rows:
+            return
+        addresses = {row.id: resolve_address(row) for row in rows}
+        suppressed = prepare_store.active_suppressions(
             session,
-            [store.NewEvent(r.id, r.project_id, EventType.FAILED, {"reason": r.error}) for r in failed],
+            {(row.project_id, row.channel, address) for row in rows if (address := addresses[row.id])},
         )
-        for (provider, priority), pairs in ready.items():
-            message_ids = [message_id for message_id, _ in pairs]
-            store.mark_ready(session, message_ids, [provider] * len(pairs), [a for _, a in pairs])
+        versions = {
+            (t.project_id, t.key, t.version): t
+            for t in prepare_store.template_versions(
+                session, {(r.project_id, r.template, r.template_version) for r in rows if r.template}
+            )
+        }
+        plan = Plan()
+        rules: dict[str, ProjectRules] = {}
+        for row in rows:
+            project_rules = rules.setdefault(row.project_id, ProjectRules.from_settings(row.project_settings))
+            decide(row, addresses[row.id], suppressed, versions, project_rules, plan, config.providers)
+        prepare_store.write_content(session, plan.rendered)
+        prepare_store.close(session, plan.closed)
+        prepare_store.hold(session, plan.held)
+        prepare_store.mark_ready(
+            session, [r[0] for r in plan.ready], [r[1] for r in plan.ready], [r[3] for r in plan.ready]
+        )
+        store.record_events(session, plan.events)
+        lanes: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for message_id, provider, priority, _ in plan.ready:
+            lanes[(provider, priority)].append(message_id)
+        for (provider, priority), message_ids in lanes.items():
             for signature in dispatch.deliver(provider, priority, message_ids):
                 enqueue_after_commit(session, signature)
 
 
+def decide(
+    row: Row,
+    address: str | None,
+    suppressed: Mapping[tuple[str, str, str], str],
+    versions: Mapping[tuple[str, str, int], Row],
+    rules: ProjectRules,
+    plan: Plan,
+    providers: Mapping[Channel, str],
+) -> None:
+    """One message's fate, added to the plan (the order is the module docstring's)."""
+    if address is None:
+        reason = f"subscriber {row.subscriber_id!r} has no {row.channel} address"
+        return plan.close(row, MessageStatus.FAILED, EventType.FAILED, {"reason": reason})
+    reason = suppressed.get((row.project_id, row.channel, address))
+    if reason is not None:
+        return plan.close(row, MessageStatus.SUPPRESSED, EventType.SUPPRESSED, {"reason": reason})
+    if row.has_subscriber:
+        preferences = row.preferences or {}
+        rule = opted_out(preferences, rules, row.category, row.channel)
+        if rule is not None:
+            data = {"reason": "preference", "preference": rule}
+            return plan.close(row, MessageStatus.SKIPPED, EventType.SKIPPED, data)
+        until = held_until(preferences, rules, row.category, row.bypass_quiet_hours, row.timezone, row.now)
+        if until is not None:
+            plan.held.append((row.id, until))
+            data = {"reason": "quiet_hours", "until": until.isoformat()}
+            plan.events.append(store.NewEvent(row.id, row.project_id, EventType.SCHEDULED, data))
+            return None
+    if row.template:
+        try:
+            plan.rendered.append(render(row, versions[(row.project_id, row.template, row.template_version)]))
+        except RenderError as error:
+            data = {"reason": f"render error in {error.field}: {error.detail}"}
+            return plan.close(row, MessageStatus.FAILED, EventType.FAILED, data)
+    provider = "log" if row.test else providers[Channel(row.channel)]
+    plan.ready.append((row.id, provider, row.priority, address))
+    return None
+
+
+def render(row: Row, template: Row) -> Rendered:
+    """Render the pinned version in the message's, else the subscriber's, else the default locale."""
+    context: dict[str, Any] = dict(row.message_data or {})
+    if row.has_subscriber:
+        context.setdefault(
+            "subscriber",
+            {
+                "id": row.subscriber_id,
+                "email": row.email,
+                "phone": row.phone,
+                "locale": row.subscriber_locale,
+                "timezone": row.timezone,
+                "data": row.subscriber_data or {},
+            },
+        )
+    _, rendered = render_version(template, [row.message_locale, row.subscriber_locale], context)
+    return Rendered(row.id, **as_content(Channel(template.channel), rendered))
+
+
+def resolve_address(row: Row) -> str | None:
+    """The message's own address, else its subscriber's for the channel; normalised."""
+    address = row.to_address or subscriber_address(row)
+    return normalise_address(row.channel, address) if address else None
+
+
 def subscriber_address(row: Row) -> str | None:
     """The address a subscriber has for the message's channel, if any."""
-    if row.subscriber_id is None:
+    if not row.has_subscriber:
         return None
     match row.channel:
         case Channel.EMAIL:

@@ -39,57 +39,6 @@ class NewEvent:
     data: dict[str, Any]
 
 
-def load_for_prepare(session: Session, ids: Sequence[str]) -> Sequence[Row]:
-    """Accepted messages with their subscriber's addresses; rows another worker holds are skipped."""
-    return session.execute(
-        text(
-            """
-            SELECT m.id::text AS id, m.project_id, m.channel, m.priority, m.test, m.to_address,
-                   m.subscriber_id, s.email, s.phone, s.push_tokens, s.data AS subscriber_data
-            FROM messages m
-            LEFT JOIN subscribers s
-              ON s.project_id = m.project_id AND s.external_id = m.subscriber_id
-            WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.status = 'accepted'
-            FOR UPDATE OF m SKIP LOCKED
-            """
-        ),
-        {"ids": list(ids)},
-    ).all()
-
-
-def mark_ready(session: Session, ids: Sequence[str], providers: Sequence[str], addresses: Sequence[str]) -> None:
-    session.execute(
-        text(
-            """
-            UPDATE messages m
-            SET status = 'ready', provider = v.provider, to_address = v.address,
-                ready_at = now(), updated_at = now()
-            FROM unnest(CAST(:ids AS uuid[]), CAST(:providers AS text[]), CAST(:addresses AS text[]))
-                 AS v(id, provider, address)
-            WHERE m.id = v.id AND m.status = 'accepted'
-            """
-        ),
-        {"ids": list(ids), "providers": list(providers), "addresses": list(addresses)},
-    )
-
-
-def fail_unsendable(session: Session, failures: Sequence[tuple[str, str]]) -> Sequence[Row]:
-    """Accepted messages that cannot be sent at all (no address): `failed`, with the reason."""
-    if not failures:
-        return []
-    return session.execute(
-        text(
-            """
-            UPDATE messages m SET status = 'failed', error = v.error, updated_at = now()
-            FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[])) AS v(id, error)
-            WHERE m.id = v.id AND m.status = 'accepted'
-            RETURNING m.id::text AS id, m.project_id, v.error
-            """
-        ),
-        {"ids": [i for i, _ in failures], "errors": [e for _, e in failures]},
-    ).all()
-
-
 def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     """Take messages for sending: ready ones, and retrying ones whose wait is over.
 

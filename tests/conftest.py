@@ -144,6 +144,10 @@ class ProjectKeys:
     def send(self, body: dict[str, Any], key: str | None = None, **headers: str):
         return self.client.post("/v1/messages", json=body, headers={**bearer(key or self.live_key), **headers})
 
+    def call(self, method: str, path: str, body: Any = None, key: str | None = None):
+        """Any project route, with this project's live key."""
+        return self.client.open(path, method=method, json=body, headers=bearer(key or self.live_key))
+
     def get(self, message_id: str, key: str | None = None):
         return self.client.get(f"/v1/messages/{message_id}", headers=bearer(key or self.live_key))
 

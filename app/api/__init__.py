@@ -33,7 +33,7 @@ def context() -> Context:
 
 
 def create_app(settings: Settings) -> Flask:
-    from app.api import admin, health, messages, metrics
+    from app.api import admin, health, messages, metrics, subscribers, suppressions, templates
 
     celery.configure(settings)
     app = Flask("tidings")
@@ -54,6 +54,14 @@ def create_app(settings: Settings) -> Flask:
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)
-    for blueprint in (health.blp, metrics.blp, admin.blp, messages.blp):
+    for blueprint in (
+        health.blp,
+        metrics.blp,
+        admin.blp,
+        messages.blp,
+        subscribers.blp,
+        suppressions.blp,
+        templates.blp,
+    ):
         api.register_blueprint(blueprint)
     return app

@@ -5,36 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from flask import g, request
-from flask_smorest import Blueprint
 
 from app.api import context
-from app.auth import require_project_key
-from app.errors import abort, field_error
+from app.api.project import project_blueprint
+from app.errors import field_error
 from app.schemas import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
 
-blp = Blueprint("messages", __name__, url_prefix="/v1", description="Send notifications and follow them.")
+blp = project_blueprint("messages", __name__, description="Send notifications and follow them.")
 
 MAX_IDEMPOTENCY_KEY = 255
-
-
-@blp.before_request
-def authenticate_and_limit() -> None:
-    ctx = context()
-    caller = require_project_key(ctx.db)
-    if caller.rate_limit_per_min:
-        verdict = ctx.limiter.check(caller.project_id, caller.rate_limit_per_min)
-        if verdict is not None:
-            g.rate_limit_headers = verdict.headers()
-            if not verdict.allowed:
-                abort(429, "Rate limit exceeded; retry after the window resets.")
-
-
-@blp.after_request
-def add_rate_limit_headers(response):
-    """Runs for the 429 too, so the limiter's headers are set in one place."""
-    response.headers.extend(getattr(g, "rate_limit_headers", {}))
-    return response
 
 
 @blp.route("/messages", methods=["POST"])

@@ -14,12 +14,14 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.addresses import normalise_address
 from app.auth import Caller
 from app.db import enqueue_after_commit
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
 from app.models import Event, Message, MessageContent
 from app.schemas import ADDRESS_FOR_CHANNEL
+from app.services import templates
 from tasks import dispatch
 
 INVALID = "Invalid request."
@@ -54,6 +56,9 @@ def accept(
     )
     content = data.get("content") or {}
     with db.begin() as session:
+        template_version = (
+            templates.pin(session, caller.project_id, data["template"], channel) if "template" in data else None
+        )
         row = session.execute(
             insert(Message)
             .values(
@@ -65,6 +70,9 @@ def accept(
                 subscriber_id=value if kind == "subscriber_id" else None,
                 to_address=None if kind == "subscriber_id" else normalise_address(kind, value),
                 test=caller.is_test,
+                bypass_quiet_hours=data["bypass_quiet_hours"],
+                template=data.get("template"),
+                template_version=template_version,
                 idempotency_key=idempotency_key,
                 request_hash=request_fingerprint(raw_body) if idempotency_key else None,
                 scheduled_at=scheduled_at,
@@ -82,6 +90,7 @@ def accept(
                 html=content.get("html"),
                 data=data.get("data") or {},
                 meta=data.get("metadata") or {},
+                locale=data.get("locale"),
             )
         )
         if status is MessageStatus.ACCEPTED:
@@ -95,13 +104,6 @@ def _check_can_send(caller: Caller, channel: Channel, data: dict[str, Any]) -> N
         field_error(422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project.")
     if channel is Channel.IN_APP:
         field_error(422, INVALID, "json", "channel", "The in_app channel is not available in this version.")
-    if "template" in data:
-        field_error(422, INVALID, "json", "template", f"Unknown template {data['template']!r}.")
-
-
-def normalise_address(kind: str, value: str) -> str:
-    """Addresses are compared after normalising; an email's case and spaces never matter."""
-    return value.strip().lower() if kind == "email" else value.strip()
 
 
 def request_fingerprint(raw_body: Any) -> str:

@@ -1,0 +1,80 @@
+"""Project routes for subscribers and their preferences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import g
+
+from app.api import context
+from app.api.project import large_body, project_blueprint
+from app.audience_schemas import (
+    ImportResultSchema,
+    PreferencesSchema,
+    SubscriberImportSchema,
+    SubscriberOutSchema,
+    SubscriberPageSchema,
+    SubscriberSchema,
+)
+from app.errors import field_error
+from app.pagination import PageArgsSchema
+from app.services import preferences, subscribers
+
+MAX_EXTERNAL_ID = 255
+
+blp = project_blueprint("subscribers", __name__, description="Who gets notifications, and what they want.")
+
+
+@blp.route("/subscribers/<external_id>", methods=["PUT"])
+@blp.arguments(SubscriberSchema)
+@blp.response(200, SubscriberOutSchema, description="Updated.")
+@blp.alt_response(201, schema=SubscriberOutSchema, description="Created.")
+def put_subscriber(profile: dict[str, Any], external_id: str):
+    """Create or replace a subscriber's profile; fields left out are cleared, preferences kept."""
+    if len(external_id) > MAX_EXTERNAL_ID:
+        field_error(422, "Invalid request.", "path", "external_id", "Use 1 to 255 characters.")
+    row = subscribers.put(context().db, g.caller.project_id, external_id, profile)
+    return row, 201 if row.created else 200
+
+
+@blp.route("/subscribers/<external_id>", methods=["GET"])
+@blp.response(200, SubscriberOutSchema)
+def get_subscriber(external_id: str):
+    return subscribers.get(context().db, g.caller.project_id, external_id)
+
+
+@blp.route("/subscribers/<external_id>", methods=["DELETE"])
+@blp.response(204)
+def erase_subscriber(external_id: str):
+    """Erasure: the subscriber goes; its messages keep ids, statuses, times and events only."""
+    subscribers.erase(context().db, g.caller.project_id, external_id)
+
+
+@blp.route("/subscribers", methods=["GET"])
+@blp.arguments(PageArgsSchema, location="query")
+@blp.response(200, SubscriberPageSchema)
+def list_subscribers(args: dict[str, Any]):
+    return subscribers.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
+
+
+@blp.route("/subscribers/import", methods=["POST"])
+@blp.arguments(SubscriberImportSchema)
+@blp.response(200, ImportResultSchema)
+@large_body
+def import_subscribers(body: dict[str, Any]):
+    """Upsert up to 10,000 subscribers at once; bad rows are reported by index, good ones written."""
+    return subscribers.import_many(context().db, g.caller.project_id, body["subscribers"])
+
+
+@blp.route("/subscribers/<external_id>/preferences", methods=["GET"])
+@blp.response(200, PreferencesSchema)
+def get_preferences(external_id: str):
+    return preferences.get(context().db, g.caller.project_id, external_id)
+
+
+@blp.route("/subscribers/<external_id>/preferences", methods=["PUT"])
+@blp.arguments(PreferencesSchema)
+@blp.response(200, PreferencesSchema)
+def put_preferences(body: dict[str, Any], external_id: str):
+    """Replace the subscriber's switches and quiet hours; required categories ignore them."""
+    return preferences.put(context().db, g.caller.project_id, external_id, body)

@@ -1,0 +1,410 @@
+"""Rendering templates safely: one sandbox for the preview endpoint and the worker.
+
+Template sources come from API callers, so they are untrusted code. They run in Jinja2's
+SandboxedEnvironment (no `_`-attributes, no internals), with StrictUndefined (a missing
+variable is an error, never a blank), HTML autoescaped in the `html` field only, and
+limits that keep one template from taking a worker down:
+
+- every value a template makes (call, filter, operator, `~`) and each field's output is
+  at most MAX_OUTPUT characters; numeric arguments above that are refused before the call;
+- `range()` yields at most MAX_RANGE items and all loops of one render together at most
+  MAX_LOOP_ITERATIONS, so nested loops cannot multiply into billions of steps;
+- `%`-formatting and `str.format` are refused: their width specifiers allocate at will.
+
+`check_source` rejects at save time what the sandbox would refuse at render time anyway,
+so an injection attempt is a 422 when it is written, not a failure on every send.
+Compiled versions are cached per (project, key, version, locale): versions never change.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes, pass_eval_context
+from jinja2.nodes import EvalContext
+from jinja2.runtime import markup_join, str_join
+from jinja2.sandbox import (
+    UNSAFE_ASYNC_GENERATOR_ATTRIBUTES,
+    UNSAFE_COROUTINE_ATTRIBUTES,
+    UNSAFE_GENERATOR_ATTRIBUTES,
+    SandboxedEnvironment,
+    SecurityError,
+)
+from jinja2.visitor import NodeTransformer
+
+from app.enums import Channel
+
+MAX_OUTPUT = 256 * 1024
+MAX_RANGE = 1000
+MAX_LOOP_ITERATIONS = 10_000
+MAX_EXPONENT = 1000
+
+# The fields a template has per channel. `data` (push) and `payload` (webhook) are JSON
+# whose string leaves are templates; the others are template strings.
+FIELDS: Mapping[Channel, tuple[str, ...]] = {
+    Channel.EMAIL: ("subject", "text", "html"),
+    Channel.SMS: ("text",),
+    Channel.PUSH: ("title", "body", "data"),
+    Channel.WEBHOOK: ("payload",),
+}
+
+FORBIDDEN_NAMES = frozenset(
+    {"mro", "format", "format_map"}
+    | UNSAFE_GENERATOR_ATTRIBUTES
+    | UNSAFE_COROUTINE_ATTRIBUTES
+    | UNSAFE_ASYNC_GENERATOR_ATTRIBUTES
+)
+UNSUPPORTED_TAGS = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
+
+
+class RenderError(Exception):
+    """A template could not be rendered with the data given; `undefined` when a variable is missing."""
+
+    def __init__(self, field: str, detail: str, undefined: bool = False):
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+        self.undefined = undefined
+
+
+class _LoopBudget:
+    def __init__(self) -> None:
+        self.left = MAX_LOOP_ITERATIONS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise SecurityError(f"the template runs more than {MAX_LOOP_ITERATIONS} loop iterations")
+
+
+_budget: ContextVar[_LoopBudget | None] = ContextVar("loop_budget", default=None)
+
+
+def _too_big(value: Any) -> bool:
+    return isinstance(value, str | bytes | list | tuple | dict) and len(value) > MAX_OUTPUT
+
+
+def _sized(value: Any) -> Any:
+    if _too_big(value):
+        raise SecurityError(f"the template makes a value of more than {MAX_OUTPUT} characters")
+    return value
+
+
+def _check_arguments(args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_OUTPUT:
+            raise SecurityError(f"an argument larger than {MAX_OUTPUT} is not allowed")
+
+
+def _guarded_filter(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Check a built-in filter's arguments (not the value it filters) and its result's size."""
+    skip = 2 if getattr(function, "jinja_pass_arg", None) else 1
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _check_arguments(args[skip:], kwargs)
+        return _sized(function(*args, **kwargs))
+
+    return guarded
+
+
+def _small_range(*args: int) -> range:
+    numbers = range(*args)
+    if len(numbers) > MAX_RANGE:
+        raise SecurityError(f"range() is limited to {MAX_RANGE} items")
+    return numbers
+
+
+def _loop_budget(iterable: Iterable[Any]) -> Iterator[Any]:
+    """Wrapped around every `for` loop's iterable by _Limits: counts the render's iterations."""
+    budget = _budget.get()
+    for item in iterable:
+        if budget is not None:
+            budget.spend()
+        yield item
+
+
+@pass_eval_context
+def _capped_concat(eval_ctx: EvalContext, parts: list[Any]) -> str:
+    """`a ~ b`, as Jinja joins it, with the result's size checked."""
+    return _sized((markup_join if eval_ctx.autoescape else str_join)(parts))
+
+
+class _Limits(NodeTransformer):
+    """Rewrites a parsed template so its loops spend the budget and its `~` joins are capped."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = nodes.Filter(node.iter, "loop_budget", [], [], None, None, lineno=node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        parts = nodes.List(node.nodes, lineno=node.lineno)
+        return nodes.Filter(parts, "capped_concat", [], [], None, None, lineno=node.lineno)
+
+
+class Sandbox(SandboxedEnvironment):
+    """SandboxedEnvironment with StrictUndefined and the size limits described above."""
+
+    intercepted_binops = frozenset({"+", "*", "**", "%"})
+
+    def __init__(self, autoescape: bool) -> None:
+        super().__init__(autoescape=autoescape, undefined=StrictUndefined, cache_size=0)
+        self.globals["range"] = _small_range
+        self.filters = {name: _guarded_filter(f) for name, f in self.filters.items() if name != "format"}
+        self.filters["loop_budget"] = _loop_budget
+        self.filters["capped_concat"] = _capped_concat
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        return attr not in FORBIDDEN_NAMES and super().is_safe_attribute(obj, attr, value)
+
+    def wrap_str_format(self, value: Any) -> None:
+        """No sandboxed str.format: `format` is refused like any unsafe attribute instead."""
+        return None
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_arguments(args, kwargs)
+        return _sized(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "%" and isinstance(left, str):
+            raise SecurityError("%-formatting is not allowed; use filters")
+        if operator == "**" and _is_number(right) and abs(right) > MAX_EXPONENT:
+            raise SecurityError(f"exponents above {MAX_EXPONENT} are not allowed")
+        if operator == "*":
+            sequence, count = (left, right) if isinstance(right, int) else (right, left)
+            repeated = isinstance(sequence, str | list | tuple) and isinstance(count, int)
+            if repeated and len(sequence) * count > MAX_OUTPUT:
+                raise SecurityError(f"the template makes a value of more than {MAX_OUTPUT} characters")
+        return _sized(super().call_binop(context, operator, left, right))
+
+    def compile_limited(self, source: str) -> Any:
+        return self.from_string(_Limits().visit(self.parse(source)))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+TEXT_ENV = Sandbox(autoescape=False)
+HTML_ENV = Sandbox(autoescape=True)
+
+
+def _env_for(field: str) -> Sandbox:
+    return HTML_ENV if field == "html" else TEXT_ENV
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    """The template strings inside a field: itself, or the string leaves of a JSON field."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+
+
+def check_source(field: str, value: Any) -> list[str]:
+    """Problems with one template field, found without running it (empty when it is fine)."""
+    problems: list[str] = []
+    for source in _leaves(value):
+        try:
+            tree = _env_for(field).parse(source)
+        except TemplateSyntaxError as error:
+            problems.append(f"Template syntax error on line {error.lineno}: {error.message}")
+            continue
+        problems += _unsafe_constructs(tree)
+    return problems
+
+
+def _unsafe_constructs(tree: nodes.Template) -> list[str]:
+    problems = []
+    for node in tree.find_all(UNSUPPORTED_TAGS):
+        problems.append(f"{type(node).__name__.lower()} is not supported: a template stands alone.")
+    names = [node.attr for node in tree.find_all(nodes.Getattr)]
+    names += [
+        node.arg.value
+        for node in tree.find_all(nodes.Getitem)
+        if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str)
+    ]
+    names += [
+        node.args[0].value
+        for node in tree.find_all(nodes.Filter)
+        if node.name == "attr" and node.args and isinstance(node.args[0], nodes.Const)
+    ]
+    for name in names:
+        if isinstance(name, str) and (name.startswith("_") or name in FORBIDDEN_NAMES):
+            problems.append(f"Access to {name!r} is not allowed.")
+    for call in tree.find_all(nodes.Call):
+        if isinstance(call.node, nodes.Name) and call.node.name == "range":
+            problems += _range_problem(call)
+    for node in tree.find_all(nodes.Mod):
+        if isinstance(node.left, nodes.Const) and isinstance(node.left.value, str):
+            problems.append("%-formatting is not allowed; use filters.")
+    return problems
+
+
+def _range_problem(call: nodes.Call) -> list[str]:
+    if not all(isinstance(arg, nodes.Const) and isinstance(arg.value, int) for arg in call.args):
+        return []
+    try:
+        length = len(range(*(arg.value for arg in call.args)))
+    except (TypeError, ValueError):
+        return []
+    return [f"range() is limited to {MAX_RANGE} items."] if length > MAX_RANGE else []
+
+
+Compiled = dict[str, Any]
+
+
+# Fields render in this order, so the first error reported is the one a reader meets first.
+FIELD_ORDER = ("subject", "title", "text", "body", "html", "data", "payload")
+
+
+def compile_variant(variant: Mapping[str, Any]) -> Compiled:
+    """Compile every field of one locale variant; the structure of JSON fields is kept."""
+    return {field: _compile(field, variant[field]) for field in FIELD_ORDER if variant.get(field) is not None}
+
+
+def _compile(field: str, value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return _env_for(field).compile_limited(value)
+        except TemplateSyntaxError as error:  # checked at save; kept from failing a whole batch
+            raise RenderError(field, f"template syntax error: {error.message}") from error
+    if isinstance(value, Mapping):
+        return {key: _compile(field, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_compile(field, item) for item in value]
+    return value
+
+
+def render(compiled: Compiled, context: Mapping[str, Any]) -> dict[str, Any]:
+    """Render a compiled variant; RenderError names the field and what went wrong."""
+    token = _budget.set(_LoopBudget())
+    try:
+        return {field: _render_field(field, value, context) for field, value in compiled.items()}
+    finally:
+        _budget.reset(token)
+
+
+def _render_field(field: str, value: Any, context: Mapping[str, Any]) -> Any:
+    if isinstance(value, dict):
+        return {key: _render_field(field, item, context) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_render_field(field, item, context) for item in value]
+    if not hasattr(value, "generate"):
+        return value
+    try:
+        return _capped_output(value.generate(context))
+    except UndefinedError as error:
+        raise RenderError(field, error.message or "undefined variable", undefined=True) from error
+    except SecurityError as error:
+        raise RenderError(field, f"not allowed: {error}") from error
+    except Exception as error:  # any error of an untrusted template is the template's fault
+        raise RenderError(field, f"{type(error).__name__}: {error}") from error
+
+
+def _capped_output(chunks: Iterator[str]) -> str:
+    out: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise SecurityError(f"the output is longer than {MAX_OUTPUT} characters")
+        out.append(chunk)
+    return "".join(out)
+
+
+def pick_locale(available: Iterable[str], wanted: Sequence[str | None], default: str) -> str:
+    """The variant to use: the first wanted locale we have, else its language, else the default.
+
+    `wanted` is ordered by preference (the message's locale, then the subscriber's), so
+    `de-AT` finds `de-AT`, then `de`, and a locale we have no words for finds the default.
+    """
+    by_lower = {locale.lower(): locale for locale in available}
+    for locale in wanted:
+        if not locale:
+            continue
+        for candidate in (locale.lower(), locale.split("-")[0].lower()):
+            if candidate in by_lower:
+                return by_lower[candidate]
+    return default
+
+
+def as_content(channel: Channel, rendered: Mapping[str, Any]) -> dict[str, Any]:
+    """Rendered fields → message_contents columns, the shape deliver's claim reads.
+
+    Push keeps its title in `subject` and body in `text`, as inline push content does; a
+    webhook's JSON goes out as the `text` of the request body.
+    """
+    if channel is Channel.PUSH:
+        return {
+            "subject": rendered.get("title"),
+            "text": rendered.get("body"),
+            "payload": rendered.get("data"),
+        }
+    if channel is Channel.WEBHOOK:
+        return {"text": json.dumps(rendered.get("payload"), ensure_ascii=False)}
+    return {"subject": rendered.get("subject"), "text": rendered.get("text"), "html": rendered.get("html")}
+
+
+class CompiledCache:
+    """A small thread-safe LRU of compiled variants, one per worker process."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._items: OrderedDict[Hashable, Compiled] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], Compiled]) -> Compiled:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        compiled = build()
+        with self._lock:
+            self._items[key] = compiled
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return compiled
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+compiled_cache = CompiledCache()
+
+
+class TemplateVersion(Protocol):
+    """What rendering needs of a template version: a `Template` row or a row of the prepare query."""
+
+    project_id: str
+    key: str
+    version: int
+    default_locale: str
+    variants: Mapping[str, Any]
+    created_at: Any
+
+
+def render_version(
+    template: TemplateVersion, wanted_locales: Sequence[str | None], context: Mapping[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """Render a version in the best locale it has; compiled once per worker and variant.
+
+    The creation time is part of the cache key so a project deleted and made again under
+    the same id can never be served the old project's compiled words.
+    """
+    locale = pick_locale(template.variants, wanted_locales, template.default_locale)
+    key = (template.project_id, template.key, template.version, locale, template.created_at)
+    compiled = compiled_cache.get(key, lambda: compile_variant(template.variants[locale]))
+    return locale, render(compiled, context)

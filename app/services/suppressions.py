@@ -1,0 +1,106 @@
+"""Suppressions: addresses a project must not contact on a channel.
+
+`add_suppressions` is the one way entries are written: by the API here, and by the code
+that handles hard bounces, complaints and unsubscribes. It takes the caller's session and
+never commits, so the entry lands in the same transaction as whatever caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from marshmallow import ValidationError, validate
+from sqlalchemy import Row, delete, select, text, tuple_
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.addresses import normalise_address
+from app.enums import Channel, SuppressionReason
+from app.errors import abort, field_error
+from app.models import Suppression
+from app.pagination import decode_cursor, page
+from app.schemas import E164
+
+ADDRESS_CHECKS = {
+    Channel.EMAIL: validate.Email(),
+    Channel.SMS: validate.Regexp(E164, error="Not a valid E.164 phone number."),
+    Channel.WEBHOOK: validate.URL(schemes={"http", "https"}, require_tld=False),
+}
+
+
+def add_suppressions(
+    session: Session,
+    project_id: str,
+    channel: Channel,
+    addresses: Iterable[str],
+    reason: SuppressionReason,
+    expires_at: datetime | None = None,
+) -> Sequence[Row]:
+    """Suppress `addresses` on `channel` in one statement; an existing entry takes the new
+    reason and expiry (the latest event about an address is the one that counts)."""
+    normalised = sorted({normalise_address(channel, address) for address in addresses})
+    if not normalised:
+        return []
+    return session.execute(
+        text(
+            """
+            INSERT INTO suppressions AS s (project_id, channel, address, reason, expires_at)
+            SELECT :project, :channel, address, :reason, :expires_at
+            FROM unnest(CAST(:addresses AS text[])) AS address
+            ON CONFLICT (project_id, channel, address) DO UPDATE
+            SET reason = excluded.reason, expires_at = excluded.expires_at, updated_at = now()
+            RETURNING s.*, (s.xmax = 0) AS created
+            """
+        ),
+        {
+            "project": project_id,
+            "channel": channel.value,
+            "addresses": normalised,
+            "reason": reason.value,
+            "expires_at": expires_at,
+        },
+    ).all()
+
+
+def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> tuple[Row, bool]:
+    """Suppress one address from the API; True when the entry is new."""
+    channel: Channel = data["channel"]
+    check = ADDRESS_CHECKS.get(channel)
+    try:
+        if check is not None:
+            check(data["address"])
+    except ValidationError as error:
+        field_error(422, "Invalid request.", "json", "address", str(error.messages[0]))
+    with db.begin() as session:
+        (row,) = add_suppressions(session, project_id, channel, [data["address"]], data["reason"], data["expires_at"])
+    return row, row.created
+
+
+def list_page(
+    db: sessionmaker[Session], project_id: str, channel: Channel | None, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    after = decode_cursor(cursor, 2)
+    query = select(Suppression).where(Suppression.project_id == project_id)
+    if channel is not None:
+        query = query.where(Suppression.channel == channel)
+    if after is not None:
+        query = query.where(tuple_(Suppression.channel, Suppression.address) > tuple(after))
+    with db() as session:
+        rows = session.scalars(query.order_by(Suppression.channel, Suppression.address).limit(limit + 1)).all()
+    return page(rows, limit, lambda s: [s.channel.value, s.address])
+
+
+def remove(db: sessionmaker[Session], project_id: str, channel: str, address: str) -> None:
+    if channel not in {c.value for c in Channel}:
+        abort(404, f"No suppression of {address!r} on {channel!r}.")
+    with db.begin() as session:
+        removed = session.execute(
+            delete(Suppression).where(
+                Suppression.project_id == project_id,
+                Suppression.channel == Channel(channel),
+                Suppression.address == normalise_address(channel, address),
+            )
+        ).rowcount
+    if removed == 0:
+        abort(404, f"No suppression of {address!r} on {channel}.")

@@ -1,0 +1,191 @@
+"""Templates: versioned, per channel, with locale variants; preview renders a version.
+
+Every change makes a new version and old versions stay readable, because a message
+records the (key, version) it was accepted with and is rendered with exactly that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.enums import Channel
+from app.errors import abort, field_error
+from app.models import Template
+from app.pagination import decode_cursor, page
+from app.rendering import FIELD_ORDER, FIELDS, RenderError, check_source, pick_locale, render_version
+from app.sms import measure
+
+# What a variant must have for its channel to send anything: all of one group, per channel.
+REQUIRED = {
+    Channel.EMAIL: [("subject", "text"), ("subject", "html")],
+    Channel.SMS: [("text",)],
+    Channel.PUSH: [("title",), ("body",)],
+    Channel.WEBHOOK: [("payload",)],
+}
+DEFAULT_LOCALE = "en"
+INVALID = "Invalid request."
+
+
+def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 of a new key; its locale (default `en`) becomes the template's default."""
+    channel: Channel = data["channel"]
+    locale = data.get("locale") or DEFAULT_LOCALE
+    variant = _variant(channel, data)
+    with db.begin() as session:
+        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant})
+    if row is None:
+        abort(409, f"Template {data['key']!r} exists already; PUT /v1/templates/{data['key']} changes it.")
+    return present(row, locale)
+
+
+def update(db: sessionmaker[Session], project_id: str, key: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A new version with this locale's variant replaced and the other variants carried over.
+
+    Saving the same words again makes no new version. Two changes at the same moment: one
+    wins, the other is a 409 to retry against the new latest version.
+    """
+    with db.begin() as session:
+        latest = _version(session, project_id, key, None, lock=True)
+        if data.get("channel", latest.channel) != latest.channel:
+            field_error(422, INVALID, "json", "channel", f"Template {key!r} is for {latest.channel}.")
+        locale = data.get("locale") or latest.default_locale
+        variants = {**latest.variants, locale: _variant(latest.channel, data)}
+        if variants == latest.variants:
+            return present(latest, locale)
+        row = _insert_version(
+            session, project_id, key, latest.version + 1, latest.channel, latest.default_locale, variants
+        )
+    if row is None:
+        abort(409, f"Template {key!r} changed at the same time; send the change again.")
+    return present(row, locale)
+
+
+def get(
+    db: sessionmaker[Session], project_id: str, key: str, version: int | None, locale: str | None
+) -> dict[str, Any]:
+    with db() as session:
+        row = _version(session, project_id, key, version)
+    return present(row, pick_locale(row.variants, [locale], row.default_locale))
+
+
+def list_page(db: sessionmaker[Session], project_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
+    """The latest version of each key, by key."""
+    after = decode_cursor(cursor, 1)
+    query = select(Template).where(Template.project_id == project_id)
+    if after is not None:
+        query = query.where(Template.key > after[0])
+    query = query.distinct(Template.key).order_by(Template.key, Template.version.desc()).limit(limit + 1)
+    with db() as session:
+        rows = session.scalars(query).all()
+    result = page(rows, limit, lambda t: [t.key])
+    result["items"] = [present(row, row.default_locale) for row in result["items"]]
+    return result
+
+
+def preview(db: sessionmaker[Session], project_id: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Render a version with `data`; a missing variable is a 422 that names it."""
+    with db() as session:
+        row = _version(session, project_id, key, body.get("version"))
+    try:
+        locale, rendered = render_version(row, [body.get("locale")], body["data"])
+    except RenderError as error:
+        where = "data" if error.undefined else "template"
+        abort(
+            422,
+            f"The template could not be rendered: {error.detail}",
+            errors={"json": {where: [f"{error.field}: {error.detail}"]}},
+        )
+    answer = {"locale": locale, **{k: v for k, v in rendered.items() if v is not None}}
+    if row.channel is Channel.SMS:
+        length = measure(rendered.get("text") or "")
+        answer.update(length=length.length, segments=length.segments, encoding=length.encoding)
+    return answer
+
+
+def pin(session: Session, project_id: str, key: str, channel: Channel) -> int:
+    """The version a new message will be rendered with: the latest; 422 when there is none."""
+    found = session.execute(
+        select(Template.version, Template.channel)
+        .where(Template.project_id == project_id, Template.key == key)
+        .order_by(Template.version.desc())
+        .limit(1)
+    ).first()
+    if found is None:
+        field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")
+    if found.channel != channel:
+        field_error(422, INVALID, "json", "template", f"Template {key!r} is for {found.channel}, not {channel}.")
+    return found.version
+
+
+def present(row: Template, locale: str) -> dict[str, Any]:
+    return {
+        "key": row.key,
+        "channel": row.channel.value,
+        "version": row.version,
+        "locale": locale,
+        "default_locale": row.default_locale,
+        "locales": sorted(row.variants),
+        **row.variants[locale],
+        "created_at": row.created_at,
+    }
+
+
+def _insert_version(
+    session: Session,
+    project_id: str,
+    key: str,
+    version: int,
+    channel: Channel,
+    default_locale: str,
+    variants: dict[str, Any],
+) -> Template | None:
+    """Write one version; None when that (key, version) exists already (the caller says why)."""
+    return session.scalars(
+        insert(Template)
+        .values(
+            project_id=project_id,
+            key=key,
+            version=version,
+            channel=channel,
+            default_locale=default_locale,
+            variants=variants,
+        )
+        .on_conflict_do_nothing()
+        .returning(Template)
+    ).first()
+
+
+def _version(session: Session, project_id: str, key: str, version: int | None, lock: bool = False) -> Template:
+    query = select(Template).where(Template.project_id == project_id, Template.key == key)
+    query = query.where(Template.version == version) if version else query.order_by(Template.version.desc())
+    if lock:
+        query = query.with_for_update()
+    row = session.scalars(query.limit(1)).first()
+    if row is None:
+        abort(404, f"No template {key!r}" + (f" version {version}." if version else "."))
+    return row
+
+
+def _variant(channel: Channel, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one locale, checked for the channel and for unsafe template code."""
+    variant = {field: data[field] for field in FIELD_ORDER if field in data}
+    allowed = FIELDS.get(channel)
+    if allowed is None:
+        field_error(422, INVALID, "json", "channel", f"There are no templates for {channel}.")
+    errors: dict[str, list[str]] = {}
+    for field in variant.keys() - set(allowed):
+        errors[field] = [f"A {channel} template has no {field}; it has {', '.join(allowed)}."]
+    if not any(all(field in variant for field in group) for group in REQUIRED[channel]):
+        needs = " or ".join(" and ".join(group) for group in REQUIRED[channel])
+        errors.setdefault("_schema", []).append(f"A {channel} template needs {needs}.")
+    for field, value in variant.items():
+        problems = check_source(field, value)
+        if problems:
+            errors.setdefault(field, []).extend(problems)
+    if errors:
+        abort(422, INVALID, errors={"json": errors})
+    return variant

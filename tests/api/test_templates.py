@@ -1,0 +1,256 @@
+"""Templates over HTTP: versions, locale variants, preview, and what is refused at save."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from tests.conftest import create_project
+
+WORDS = {"subject": "Hi {{ name }}", "text": "Welcome, {{ name }}.", "html": "<p>Welcome, {{ name }}.</p>"}
+WELCOME = {"key": "welcome", "channel": "email", **WORDS}
+
+
+def test_create_answers_version_1(project):
+    answer = project.call("POST", "/v1/templates", WELCOME)
+    assert answer.status_code == 201
+    body = answer.get_json()
+    assert body["version"] == 1
+    assert body["locale"] == body["default_locale"] == "en"
+    assert body["locales"] == ["en"]
+    assert body["subject"] == "Hi {{ name }}"
+
+
+def test_a_key_is_created_once(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    assert project.call("POST", "/v1/templates", WELCOME).status_code == 409
+
+
+def test_a_change_makes_a_new_version_and_old_ones_stay_readable(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    changed = project.call("PUT", "/v1/templates/welcome", {**WORDS, "subject": "Hello {{ name }}"})
+    assert changed.status_code == 200
+    assert changed.get_json()["version"] == 2
+    assert project.call("GET", "/v1/templates/welcome").get_json()["subject"] == "Hello {{ name }}"
+    old = project.call("GET", "/v1/templates/welcome?version=1").get_json()
+    assert (old["version"], old["subject"]) == (1, "Hi {{ name }}")
+    assert project.call("GET", "/v1/templates/welcome?version=3").status_code == 404
+
+
+def test_saving_the_same_words_makes_no_new_version(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    again = project.call("PUT", "/v1/templates/welcome", {"channel": "email", **WORDS})
+    assert again.status_code == 200
+    assert again.get_json()["version"] == 1
+
+
+def test_a_locale_variant_is_added_and_the_others_carried_over(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    german = {"locale": "de", "subject": "Hallo {{ name }}", "text": "Willkommen, {{ name }}."}
+    answer = project.call("PUT", "/v1/templates/welcome", german).get_json()
+    assert (answer["version"], answer["locale"], answer["locales"]) == (2, "de", ["de", "en"])
+    assert project.call("GET", "/v1/templates/welcome?locale=de-AT").get_json()["subject"] == "Hallo {{ name }}"
+    assert project.call("GET", "/v1/templates/welcome?locale=fr").get_json()["subject"] == "Hi {{ name }}"
+
+
+def test_the_channel_of_a_template_does_not_change(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    answer = project.call("PUT", "/v1/templates/welcome", {"channel": "sms", "text": "x"})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"]["channel"] == ["Template 'welcome' is for email."]
+
+
+def test_put_to_an_unknown_key_is_404(project):
+    assert project.call("PUT", "/v1/templates/nope", {"subject": "s", "text": "t"}).status_code == 404
+
+
+def test_list_shows_the_latest_version_of_each_key_page_by_page(project):
+    for key in ("a", "b", "c"):
+        project.call("POST", "/v1/templates", {**WELCOME, "key": key})
+    project.call("PUT", "/v1/templates/b", {"subject": "B2", "text": "t"})
+    first = project.call("GET", "/v1/templates?limit=2").get_json()
+    assert [(t["key"], t["version"]) for t in first["items"]] == [("a", 1), ("b", 2)]
+    second = project.call("GET", f"/v1/templates?limit=2&cursor={first['next_cursor']}").get_json()
+    assert [t["key"] for t in second["items"]] == ["c"]
+    assert second["next_cursor"] is None
+
+
+def test_preview_renders_with_data_and_escapes_html(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    answer = project.call("POST", "/v1/templates/welcome/preview", {"data": {"name": "<Ada>"}})
+    assert answer.status_code == 200
+    assert answer.get_json() == {
+        "locale": "en",
+        "subject": "Hi <Ada>",
+        "text": "Welcome, <Ada>.",
+        "html": "<p>Welcome, &lt;Ada&gt;.</p>",
+    }
+
+
+def test_preview_of_a_missing_variable_is_422_naming_it(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    answer = project.call("POST", "/v1/templates/welcome/preview", {"data": {}})
+    assert answer.status_code == 422
+    body = answer.get_json()
+    assert body["message"] == "The template could not be rendered: 'name' is undefined"
+    assert body["errors"]["json"]["data"] == ["subject: 'name' is undefined"]
+
+
+def test_preview_picks_the_locale_with_fallback(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    project.call("PUT", "/v1/templates/welcome", {"locale": "de", "subject": "Hallo {{ name }}", "text": "t"})
+    data = {"name": "Ada"}
+    german = project.call("POST", "/v1/templates/welcome/preview", {"data": data, "locale": "de-CH"})
+    assert (german.get_json()["locale"], german.get_json()["subject"]) == ("de", "Hallo Ada")
+    french = project.call("POST", "/v1/templates/welcome/preview", {"data": data, "locale": "fr"})
+    assert (french.get_json()["locale"], french.get_json()["subject"]) == ("en", "Hi Ada")
+    old = project.call("POST", "/v1/templates/welcome/preview", {"data": data, "locale": "de", "version": 1})
+    assert old.get_json()["locale"] == "en"
+
+
+@pytest.mark.parametrize(
+    ("text_", "encoding", "length", "segments"),
+    [
+        ("Your code is 1234", "GSM-7", 17, 1),
+        ("x" * 160, "GSM-7", 160, 1),
+        ("x" * 161, "GSM-7", 161, 2),
+        ("€" * 80, "GSM-7", 160, 1),
+        ("Grüße 🎉", "UCS-2", 8, 1),
+        ("ж" * 71, "UCS-2", 71, 2),
+    ],
+)
+def test_sms_preview_reports_length_and_segments(project, text_, encoding, length, segments):
+    project.call("POST", "/v1/templates", {"key": "code", "channel": "sms", "text": "{{ body }}"})
+    answer = project.call("POST", "/v1/templates/code/preview", {"data": {"body": text_}}).get_json()
+    assert (answer["text"], answer["encoding"], answer["length"], answer["segments"]) == (
+        text_,
+        encoding,
+        length,
+        segments,
+    )
+
+
+def test_push_and_webhook_templates_render_their_structured_fields(project):
+    push = {"key": "p", "channel": "push", "title": "Hi {{ n }}", "body": "b", "data": {"url": "/u/{{ n }}"}}
+    webhook = {"key": "w", "channel": "webhook", "payload": {"user": "{{ n }}", "tags": ["{{ n }}", 3]}}
+    assert project.call("POST", "/v1/templates", push).status_code == 201
+    assert project.call("POST", "/v1/templates", webhook).status_code == 201
+    rendered = project.call("POST", "/v1/templates/p/preview", {"data": {"n": "7"}}).get_json()
+    assert (rendered["title"], rendered["data"]) == ("Hi 7", {"url": "/u/7"})
+    rendered = project.call("POST", "/v1/templates/w/preview", {"data": {"n": "7"}}).get_json()
+    assert rendered["payload"] == {"user": "7", "tags": ["7", 3]}
+
+
+INJECTIONS = [
+    ("{{ ''.__class__.__mro__ }}", "Access to '__mro__' is not allowed."),
+    ("{{ x|attr('__globals__') }}", "Access to '__globals__' is not allowed."),
+    ("{{ cycler.__init__.__globals__ }}", "Access to '__init__' is not allowed."),
+    ("{{ ''['__class__'] }}", "Access to '__class__' is not allowed."),
+    ("{% for i in range(10000000) %}x{% endfor %}", "range() is limited to 1000 items."),
+    ("{{ '%999999999d' % 1 }}", "%-formatting is not allowed; use filters."),
+    ("{{ '{:>999999999}'.format(1) }}", "Access to 'format' is not allowed."),
+    ("{% include 'other' %}", "include is not supported: a template stands alone."),
+    (
+        "{{ name ",
+        "Template syntax error on line 1: unexpected end of template, expected 'end of print statement'.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "problem"), INJECTIONS)
+def test_injection_attempts_are_refused_at_save_and_nothing_is_written(project, engine, source, problem):
+    answer = project.call("POST", "/v1/templates", {**WELCOME, "text": source})
+    assert answer.status_code == 422
+    assert problem in answer.get_json()["errors"]["json"]["text"]
+    with engine.connect() as connection:
+        count = connection.execute(
+            text("SELECT count(*) FROM templates WHERE project_id = :p"), {"p": project.id}
+        ).scalar_one()
+    assert count == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", "loop iterations"),
+        ("{{ 'x' * n }}", "a value of more than 262144 characters"),
+        ("{{ 'x'.center(n) }}", "an argument larger than 262144 is not allowed"),
+        ("{% for i in range(1000) %}{{ 'y' * 1000 }}{% endfor %}", "output is longer than 262144"),
+        ("{{ x|attr(name) }}", "access to attribute '__class__' of 'int' object is unsafe"),
+    ],
+)
+def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, problem):
+    assert project.call("POST", "/v1/templates", {**WELCOME, "text": source}).status_code == 201
+    data = {"name": "Ada", "n": 10**9, "x": 1}
+    if "attr(name)" in source:
+        data["name"] = "__class__"
+    answer = project.call("POST", "/v1/templates/welcome/preview", {"data": data})
+    assert answer.status_code == 422
+    (reason,) = answer.get_json()["errors"]["json"]["template"]
+    assert reason.startswith("text: not allowed: ")
+    assert problem in reason
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        (
+            {"key": "k", "channel": "email", "text": "t"},
+            {"_schema": ["A email template needs subject and text or subject and html."]},
+        ),
+        (
+            {"key": "k", "channel": "sms", "text": "t", "subject": "s"},
+            {"subject": ["A sms template has no subject; it has text."]},
+        ),
+        ({"key": "k", "channel": "in_app", "text": "t"}, {"channel": ["There are no templates for in_app."]}),
+        (
+            {"key": "bad key!", "channel": "sms", "text": "t"},
+            {"key": ["Use 1 to 128 of A-Z, a-z, 0-9, _ . and -."]},
+        ),
+        ({"key": "k", "channel": "webhook", "payload": "x"}, {"payload": ["Give a JSON object or array."]}),
+        (
+            {"key": "k", "channel": "sms", "text": "t", "locale": "english!"},
+            {"locale": ["Not a locale like en or pt-BR."]},
+        ),
+    ],
+)
+def test_bad_templates_are_422_with_field_errors(project, body, errors):
+    answer = project.call("POST", "/v1/templates", body)
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == errors
+
+
+def test_another_projects_template_is_404(client, project):
+    other = create_project(client)
+    project.call("POST", "/v1/templates", WELCOME)
+    assert other.call("GET", "/v1/templates/welcome").status_code == 404
+    assert other.call("PUT", "/v1/templates/welcome", {"subject": "s", "text": "t"}).status_code == 404
+    assert other.call("POST", "/v1/templates/welcome/preview", {"data": {}}).status_code == 404
+    assert other.call("GET", "/v1/templates").get_json()["items"] == []
+
+
+def test_sending_with_an_unknown_template_is_422(project):
+    body = {"channel": "email", "to": {"email": "a@example.com"}, "template": "nope", "data": {}}
+    answer = project.send(body)
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == {"template": ["Unknown template 'nope'."]}
+
+
+def test_sending_with_a_template_of_another_channel_is_422(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    answer = project.send({"channel": "sms", "to": {"phone": "+4915112345678"}, "template": "welcome"})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == {"template": ["Template 'welcome' is for email, not sms."]}
+
+
+def test_a_message_records_the_version_it_was_sent_with(project):
+    project.call("POST", "/v1/templates", WELCOME)
+    project.call("PUT", "/v1/templates/welcome", {**WORDS, "subject": "v2"})
+    body = {
+        "channel": "email",
+        "to": {"email": "a@example.com"},
+        "template": "welcome",
+        "data": {"name": "A"},
+    }
+    message = project.get(project.send(body).get_json()["id"]).get_json()
+    assert (message["template"], message["template_version"]) == ("welcome", 2)
