@@ -33,15 +33,20 @@ RETRY_GRACE_SECONDS = 10
 
 @celery_app.task(name="tidings.release_due")
 def release_due() -> dict[str, int]:
-    """Scheduled messages whose time has come → prepare; parked retries → deliver."""
+    """Scheduled messages whose time has come → prepare; parked retries → deliver.
+
+    A scheduled message is due at its quiet-hours release (`next_attempt_at`) when it was
+    held, else at the time the client asked for.
+    """
     with session_scope(settings().database_url) as session:
         scheduled = session.execute(
             text(
                 """
-                UPDATE messages SET status = 'accepted', updated_at = now()
+                UPDATE messages SET status = 'accepted', next_attempt_at = NULL, updated_at = now()
                 WHERE id IN (SELECT id FROM messages
-                             WHERE status = 'scheduled' AND scheduled_at <= now()
-                             ORDER BY scheduled_at LIMIT :batch FOR UPDATE SKIP LOCKED)
+                             WHERE status = 'scheduled' AND COALESCE(next_attempt_at, scheduled_at) <= now()
+                             ORDER BY COALESCE(next_attempt_at, scheduled_at) LIMIT :batch
+                             FOR UPDATE SKIP LOCKED)
                 RETURNING id::text, priority
                 """
             ),

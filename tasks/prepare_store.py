@@ -150,13 +150,17 @@ def close(session: Session, closed: Sequence[Closed]) -> None:
 
 
 def hold(session: Session, held: Sequence[tuple[str, datetime]]) -> None:
-    """Back to `scheduled` until the given time; release_due hands them to prepare again."""
+    """Back to `scheduled` until the given time; release_due hands them to prepare again.
+
+    The hold's end goes in `next_attempt_at`, not `scheduled_at`: that stays what the
+    client asked for, which the idempotent replay and the timeline read.
+    """
     if not held:
         return
     session.execute(
         text(
             """
-            UPDATE messages m SET status = 'scheduled', scheduled_at = v.until, updated_at = now()
+            UPDATE messages m SET status = 'scheduled', next_attempt_at = v.until, updated_at = now()
             FROM unnest(CAST(:ids AS uuid[]), CAST(:untils AS timestamptz[])) AS v(id, until)
             WHERE m.id = v.id AND m.status = 'accepted'
             """

@@ -211,6 +211,13 @@ def cancel_message(db: sessionmaker[Session], project_id: str, message_id: str) 
     return get_message(db, project_id, message_id)
 
 
+def planned_send_time(message: Message) -> datetime | None:
+    """When a scheduled message goes out: its quiet-hours release if held, else the time asked for."""
+    if message.status is MessageStatus.SCHEDULED and message.next_attempt_at is not None:
+        return message.next_attempt_at
+    return message.scheduled_at
+
+
 def message_view(message: Message, meta: dict[str, Any] | None) -> dict[str, Any]:
     address_kind = ADDRESS_FOR_CHANNEL.get(message.channel)
     return {
@@ -228,7 +235,7 @@ def message_view(message: Message, meta: dict[str, Any] | None) -> dict[str, Any
         "provider": message.provider,
         "provider_message_id": message.provider_message_id,
         "error": message.error,
-        "scheduled_at": message.scheduled_at,
+        "scheduled_at": planned_send_time(message),
         "created_at": message.created_at,
         "updated_at": message.updated_at,
         "sent_at": message.sent_at,

@@ -66,7 +66,10 @@ def make_due(engine, message_id: str) -> None:
     """As if the time a scheduled message waits for had come."""
     with engine.begin() as connection:
         connection.execute(
-            text("UPDATE messages SET scheduled_at = now() - interval '1 second' WHERE id = :id"),
+            text(
+                "UPDATE messages SET scheduled_at = now() - interval '1 second', "
+                "next_attempt_at = now() - interval '1 second' WHERE id = :id"
+            ),
             {"id": message_id},
         )
 
@@ -174,6 +177,18 @@ def test_quiet_hours_hold_a_message_until_the_window_ends_then_release_it(audien
     sent = audience.wait_for(message_id)
     assert sent["status"] == "sent"
     assert fake_provider.count(message_id) == 1
+
+
+def test_a_quiet_hours_hold_does_not_change_what_the_send_answered(audience):
+    window, _ = quiet_hours_around_now("UTC")
+    audience.call("PUT", "/v1/subscribers/u1/preferences", {"quiet_hours": window})
+    first = audience.send(to_u1(category="news"), **{"Idempotency-Key": "held-1"})
+    held = audience.wait_for(first.get_json()["id"], {"scheduled"})
+    assert held["status"] == "scheduled"
+    assert held["events"][0]["type"] == "accepted"
+    replay = audience.send(to_u1(category="news"), **{"Idempotency-Key": "held-1"})
+    assert replay.get_json() == first.get_json()
+    assert replay.get_json()["status"] == "accepted"
 
 
 def test_project_default_quiet_hours_apply_to_subscribers_without_their_own(client):
