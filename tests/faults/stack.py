@@ -105,7 +105,7 @@ class Stack:
     def publish_prepare(self, ids: list[str], priority: str = "bulk") -> None:
         """Queue prepare tasks as the API does after its commit, in chunks of 500."""
         if self._publisher is None:
-            self._publisher = Celery("publisher", broker=self.redis.url)
+            self._publisher = Celery("publisher", broker=self.env.get("CELERY_BROKER_URL") or self.redis.url)
             self._publisher.conf.update(task_serializer="json", broker_connection_retry_on_startup=True)
         for start in range(0, len(ids), 500):
             self._publisher.send_task("tidings.prepare", args=(ids[start : start + 500],), queue=f"prepare.{priority}")
