@@ -58,7 +58,9 @@ class ResendProvider:
     name: ClassVar[str] = "resend"
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 100
-    idempotent: bool = True  # we send our message id as Idempotency-Key
+    # A batch's key is a digest of its ids, and a retried message may land in another batch:
+    # the key protects a repeated request, not a message, so recovery must not rely on it.
+    idempotent: bool = False
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender
