@@ -115,7 +115,8 @@ def smtp_server(env: dict[str, str], tls: ssl.SSLContext | None, cert_env: dict[
         yield process, port
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        if process.wait(timeout=30) != 0:  # SIGTERM is its ordinary stop: anything else is a failure
+            raise SystemExit(f"tidings smtp exited with status {process.returncode}")
 
 
 def wait_until_listening(process: subprocess.Popen, port: int) -> None:
