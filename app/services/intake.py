@@ -2,9 +2,9 @@
 
 Every message of one insert shares its content and differs only in its recipient, so the
 messages, their content rows and their files are one statement whatever the number of
-recipients: files first, then `messages` from the unnest of the recipients, then one
-`message_contents` row for each message that was inserted. A recipient whose idempotency
-key was used before inserts nothing, and neither does its content.
+recipients: `messages` from the unnest of the recipients, the files once (if any message
+was inserted), and one `message_contents` row for each message that was inserted. A
+recipient whose idempotency key was used before inserts nothing, and neither does its content.
 
 The function takes a session and never commits: the caller owns the transaction, and
 publishes the prepare tasks after it commits.
