@@ -119,6 +119,17 @@ def flower() -> None:
     configure(settings).start(["flower", f"--address={settings.host}", f"--port={settings.flower_port}"])
 
 
+@main.command()
+@one_line_errors
+def smtp() -> None:
+    """Accept email over SMTP (STARTTLS or TLS, AUTH with a project key) into the pipeline."""
+    from app.smtp.server import serve
+    from app.smtp.settings import SmtpSettings
+
+    config = SmtpSettings.from_env()
+    serve(load_settings(), config)
+
+
 @main.group()
 def db() -> None:
     """Database migrations."""

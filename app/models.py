@@ -169,6 +169,30 @@ class MessageContent(Base):
     locale: Mapped[str | None] = mapped_column(String(35))
     # Rendered structured content beside the text: a push notification's data.
     payload: Mapped[dict[str, Any] | None]
+    # What an email relayed over SMTP brings besides its words: where replies go, the Cc
+    # header to show (never to send to), headers kept as they came (Message-ID, threading,
+    # List-Unsubscribe) and its files, stored once in `attachments` for all its recipients.
+    reply_to: Mapped[str | None] = mapped_column(Text)
+    cc: Mapped[str | None] = mapped_column(Text)
+    headers: Mapped[dict[str, Any] | None]
+    attachment_ids: Mapped[list[uuid.UUID] | None] = mapped_column(ARRAY(UUID(as_uuid=True)))
+
+
+class Attachment(Base):
+    """A file sent with email, written once and shared by every message that names it.
+
+    One SMTP message to fifty recipients is fifty messages but one copy of its files. The
+    content is base64 text, exactly what providers take, so it is never decoded.
+    """
+
+    __tablename__ = "attachments"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    filename: Mapped[str] = mapped_column(Text)
+    content_type: Mapped[str] = mapped_column(String(255))
+    content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
 
 
 class Event(Base):

@@ -114,6 +114,19 @@ class ConfigurationError(ProviderError):
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file carried with an email, as the providers take it: base64 text, never decoded.
+
+    `content` is the base64 of the file without line breaks; every provider that takes
+    attachments wants base64, so it is stored, loaded and sent as it arrived.
+    """
+
+    filename: str
+    content_type: str
+    content: str
+
+
+@dataclass(frozen=True)
 class Outbound:
     """One rendered message, as much as an adapter needs to send it.
 
@@ -135,6 +148,11 @@ class Outbound:
     headers: Mapping[str, str] = field(default_factory=dict)
     # The JSON payload of a push notification's data or of a webhook's body.
     data: Mapping[str, Any] | None = None
+    # The Cc header as the sender wrote it, shown to the recipient but never sent to: every
+    # address in it was a recipient of its own (one message per recipient).
+    cc: str | None = None
+    # Files, for adapters that declare `attachments = True` (see `registry.carries_attachments`).
+    attachments: Sequence[Attachment] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,8 @@ class Provider(Protocol):
     name: ClassVar[str]
     channels: ClassVar[frozenset[str]]
     max_batch: ClassVar[int]  # 1 for providers without a batch API
+    # Adapters that send `Outbound.attachments` also set `attachments: ClassVar[bool] = True`;
+    # the others leave it out (read through `registry.carries_attachments`).
     # True when the provider de-duplicates on our message id (an idempotency key): a send
     # interrupted mid-call may then be retried without risk of a second delivery.
     idempotent: bool
@@ -401,3 +421,13 @@ def send_groups(
 
 def one_by_one(batch: Sequence[Outbound]) -> list[list[Outbound]]:
     return [[message] for message in batch]
+
+
+def attachments_alone(batch: Sequence[Outbound]) -> list[list[Outbound]]:
+    """Each message with attachments in a group of its own, the others in one group.
+
+    For batch APIs that cannot carry attachments (Resend) or cap a whole request's size
+    (Postmark: 50 MB for a batch, 10 MB for one message).
+    """
+    rest = [m for m in batch if not m.attachments]
+    return [[m] for m in batch if m.attachments] + ([rest] if rest else [])

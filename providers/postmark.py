@@ -3,7 +3,9 @@
 The batch endpoint answers HTTP 200 even when some messages failed: each message has its
 own `ErrorCode` (0 for success), so every code is mapped per message. A single send
 answers 422 with the same codes. Postmark has no idempotency key; our id travels in
-`Metadata` so its webhooks can name the message.
+`Metadata` so its webhooks can name the message. A message with attachments has a request
+of its own. A Cc header is not passed on: Postmark's `Cc` would send to those addresses,
+which have messages of their own.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from providers.base import (
     SendResult,
     SuppressRecipient,
     TransientError,
+    attachments_alone,
     error_for_status,
     error_from_table,
     http_client,
     json_body,
-    one_by_one,
     required,
     send_groups,
 )
@@ -68,6 +70,7 @@ class PostmarkProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 500
     idempotent: bool = False  # Postmark takes no idempotency key
+    attachments: ClassVar[bool] = True
 
     def __init__(self, token: str, sender: str, stream: str, env: Mapping[str, str]):
         self.sender = sender
@@ -90,8 +93,18 @@ class PostmarkProvider:
         )
 
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
-        if len(batch) == 1:
-            return send_groups(one_by_one(batch), self._send_one)
+        if len(batch) > 1 and not any(m.attachments for m in batch):
+            return self._send_batch(batch)  # one call: its error is the whole call's
+        # A message with attachments goes alone: one message may weigh 10 MB, a whole batch
+        # request only 50 MB.
+        return send_groups(attachments_alone(batch), self._send_group)
+
+    def _send_group(self, group: Sequence[Outbound]) -> list[SendResult]:
+        if len(group) == 1:
+            return self._send_one(group)
+        return self._send_batch(group)
+
+    def _send_batch(self, batch: Sequence[Outbound]) -> list[SendResult]:
         response = self.client.request("POST", "/email/batch", json=[self._email(m) for m in batch])
         answers = json_body(response)
         if not isinstance(answers, list):
@@ -130,6 +143,10 @@ class PostmarkProvider:
             "HtmlBody": message.html,
             "ReplyTo": message.reply_to,
             "Headers": [{"Name": k, "Value": v} for k, v in message.headers.items()] or None,
+            "Attachments": [
+                {"Name": a.filename, "Content": a.content, "ContentType": a.content_type} for a in message.attachments
+            ]
+            or None,
         }
         email.update({key: value for key, value in optional.items() if value is not None})
         return email

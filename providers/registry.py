@@ -40,3 +40,12 @@ def names() -> list[str]:
 def build(name: str, env: Mapping[str, str]) -> Provider:
     """Instantiate the adapter `name` from its settings; ValueError when one is missing."""
     return PROVIDERS[name].from_env(env)
+
+
+def carries_attachments(name: str) -> bool:
+    """Whether adapter `name` sends `Outbound.attachments`; adapters opt in with `attachments = True`.
+
+    Asked before accepting a message with files, so that none is ever accepted only to be
+    sent without them.
+    """
+    return getattr(PROVIDERS[name], "attachments", False)

@@ -2,7 +2,10 @@
 
 Every request carries an `Idempotency-Key` (our message id, or a digest of the batch's ids),
 which Resend keeps for 24 hours: a retry after an ambiguous timeout is answered, not re-sent.
-Batches use permissive validation, so one invalid message fails alone, not the batch.
+Batches use permissive validation, so one invalid message fails alone, not the batch. The
+batch endpoint takes no attachments, so a message with files has a request of its own. A Cc
+header is not passed on: Resend's `cc` would send to those addresses, which have messages of
+their own.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from providers.base import (
     RateLimited,
     SendResult,
     TransientError,
+    attachments_alone,
     error_for_status,
     error_from_table,
     http_client,
     json_body,
-    one_by_one,
     required,
     send_groups,
 )
@@ -61,6 +64,7 @@ class ResendProvider:
     # A batch's key is a digest of its ids, and a retried message may land in another batch:
     # the key protects a repeated request, not a message, so recovery must not rely on it.
     idempotent: bool = False
+    attachments: ClassVar[bool] = True
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender
@@ -73,9 +77,15 @@ class ResendProvider:
         return cls(required(env, "RESEND_API_KEY"), required(env, "EMAIL_FROM"), env)
 
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
-        if len(batch) == 1:
-            return send_groups(one_by_one(batch), self._send_one)
-        return self._send_batch(batch)
+        if len(batch) > 1 and not any(m.attachments for m in batch):
+            return self._send_batch(batch)  # one call: its error is the whole call's
+        # The batch endpoint does not take attachments: a message with files goes alone.
+        return send_groups(attachments_alone(batch), self._send_group)
+
+    def _send_group(self, group: Sequence[Outbound]) -> list[SendResult]:
+        if len(group) == 1:
+            return self._send_one(group)
+        return self._send_batch(group)
 
     def _send_one(self, group: Sequence[Outbound]) -> list[SendResult]:
         message = group[0]
@@ -119,6 +129,11 @@ class ResendProvider:
             "html": message.html,
             "reply_to": message.reply_to,
             "headers": dict(message.headers) or None,
+            "attachments": [
+                {"filename": a.filename, "content": a.content, "content_type": a.content_type}
+                for a in message.attachments
+            ]
+            or None,
         }
         email.update({key: value for key, value in optional.items() if value is not None})
         return email

@@ -3,8 +3,11 @@
 In v3 the content (text, html) belongs to the request and each personalization to one
 recipient (its own subject, headers and `custom_args`), so a batch becomes one request per
 distinct content: a campaign with the same body for everyone goes out in one call, a batch
-of personalised bodies in one call each. The answer is 202 with an `X-Message-Id` for the
-whole request: SendGrid accepted the mail, which says nothing about delivery yet.
+of personalised bodies in one call each. Attachments are content too: recipients of the
+same files share one request. A Cc header is not passed on: SendGrid reserves it (and its
+`cc` field would send to those addresses, which have messages of their own). The answer
+is 202 with an `X-Message-Id` for the whole request: SendGrid accepted the mail, which says
+nothing about delivery yet.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class SendGridProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 1000
     idempotent: bool = False  # SendGrid takes no idempotency key
+    attachments: ClassVar[bool] = True
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender
@@ -75,7 +79,8 @@ class SendGridProvider:
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
         groups: dict[tuple, list[Outbound]] = defaultdict(list)
         for message in batch:
-            groups[(message.from_address, message.reply_to, message.text, message.html)].append(message)
+            key = (message.from_address, message.reply_to, message.text, message.html, tuple(message.attachments))
+            groups[key].append(message)
         return send_groups(list(groups.values()), self._send_group)
 
     def _send_group(self, group: Sequence[Outbound]) -> list[SendResult]:
@@ -110,6 +115,12 @@ class SendGridProvider:
         }
         if first.reply_to:
             request["reply_to"] = address(first.reply_to)
+        if first.attachments:
+            # Attachments belong to the request, so recipients of one file share one upload.
+            request["attachments"] = [
+                {"content": a.content, "type": a.content_type, "filename": a.filename, "disposition": "attachment"}
+                for a in first.attachments
+            ]
         return request
 
     @staticmethod

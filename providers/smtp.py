@@ -17,6 +17,7 @@ from email.utils import formatdate, parseaddr
 from typing import ClassVar, Literal, Self
 
 from providers.base import (
+    Attachment,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -74,6 +75,7 @@ class SmtpProvider:
     # How many messages one connection carries; relays often cap messages per connection.
     max_batch: ClassVar[int] = 50
     idempotent: bool = False  # SMTP has no idempotency key
+    attachments: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -141,18 +143,23 @@ class SmtpProvider:
         return smtp
 
     def mime(self, message: Outbound) -> EmailMessage:
-        """A MIME message: text and html as alternatives, UTF-8 bodies, RFC 2047 headers."""
+        """A MIME message: text and html as alternatives, UTF-8 bodies, RFC 2047 headers, and
+        attachments in a multipart/mixed around them."""
         sender = message.from_address or self.sender
         mime = EmailMessage(policy=email.policy.SMTP)
         mime["From"] = sender
         mime["To"] = message.to
         mime["Subject"] = message.subject or ""
         mime["Date"] = formatdate(usegmt=True)
-        # Our id in the Message-ID lets bounces and replies name the message they concern.
+        # Our id in the Message-ID lets bounces and replies name the message they concern,
+        # unless the message brought its own (mail relayed from SMTP): then that one stands.
         mime["Message-ID"] = f"<{message.message_id}@{parseaddr(sender)[1].rpartition('@')[2] or 'tidings'}>"
         if message.reply_to:
             mime["Reply-To"] = message.reply_to
+        if message.cc:
+            mime["Cc"] = message.cc
         for name, value in message.headers.items():
+            del mime[name]
             mime[name] = value
         if message.text is not None and message.html is not None:
             mime.set_content(message.text)
@@ -161,7 +168,25 @@ class SmtpProvider:
             mime.set_content(message.html, subtype="html")
         else:
             mime.set_content(message.text or "")
+        if message.attachments:
+            mime.make_mixed()
+            for attachment in message.attachments:
+                mime.attach(attachment_part(attachment))
         return mime
+
+
+BASE64_LINE = 76  # RFC 2045: encoded lines of at most 76 characters
+
+
+def attachment_part(attachment: Attachment) -> EmailMessage:
+    """A MIME part whose body is the stored base64, only cut into lines: never decoded."""
+    part = EmailMessage(policy=email.policy.SMTP)
+    part["Content-Type"] = attachment.content_type
+    part.add_header("Content-Disposition", "attachment", filename=attachment.filename)
+    part["Content-Transfer-Encoding"] = "base64"
+    content = attachment.content
+    part.set_payload("\r\n".join(content[i : i + BASE64_LINE] for i in range(0, len(content), BASE64_LINE)))
+    return part
 
 
 class Connection:

@@ -17,8 +17,8 @@ from app.counters import increment
 from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
-from providers.base import Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import dispatch, store
+from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
+from tasks import attachments, dispatch, store
 from tasks.adapters import provider_instance
 from tasks.celery_app import celery_app, settings
 from tasks.pacing import ProviderPacer
@@ -53,9 +53,10 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         return
     with session_scope(config.database_url) as session:
         claimed = store.claim(session, provider, ids)
+        files = attachments.load(session, claimed)
     if not claimed:
         return
-    run = send_all(provider_instance(provider), claimed)
+    run = send_all(provider_instance(provider), claimed, files)
     if run.pause is not None:
         seconds, cause, reason = run.pause
         ProviderPauses(client).pause(provider, seconds, reason)
@@ -93,14 +94,14 @@ class SendRun:
     pause: tuple[float, str, str] | None = None  # seconds, cause, reason
 
 
-def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
+def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Attachment]) -> SendRun:
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
         if run.pause is not None:
             run.unsent.extend(chunk)
             continue
-        results = send_chunk(adapter, chunk)
+        results = send_chunk(adapter, chunk, files)
         run.results.extend(results)
         stopper = next((r for r in results if r.outcome in PROVIDER_WIDE), None)
         if stopper is not None:
@@ -108,10 +109,10 @@ def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
     return run
 
 
-def send_chunk(adapter: Provider, chunk: Sequence[Row]) -> list[SendResult]:
+def send_chunk(adapter: Provider, chunk: Sequence[Row], files: Mapping[str, Attachment]) -> list[SendResult]:
     """Send one provider batch; a failure of the whole call becomes a result per message."""
     try:
-        return adapter.send([outbound(row) for row in chunk])
+        return adapter.send([outbound(row, files) for row in chunk])
     except ProviderError as error:
         return [SendResult.from_error(row.id, error) for row in chunk]
     except Exception as error:
@@ -125,7 +126,7 @@ def pause_for(result: SendResult) -> tuple[float, str, str]:
     return CONFIGURATION_PAUSE_SECONDS, "configuration", f"configuration error: {result.error}"
 
 
-def outbound(row: Row) -> Outbound:
+def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
     return Outbound(
         message_id=row.id,
         channel=row.channel,
@@ -134,6 +135,10 @@ def outbound(row: Row) -> Outbound:
         text=row.text,
         html=row.html,
         metadata=row.metadata or {},
+        reply_to=row.reply_to,
+        headers=row.headers or {},
+        cc=row.cc,
+        attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
     )
 
 

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.addresses import normalise_address
@@ -21,7 +20,7 @@ from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
 from app.models import Event, Message, MessageContent
 from app.schemas import ADDRESS_FOR_CHANNEL
-from app.services import templates
+from app.services import intake, templates
 from tasks import dispatch
 
 INVALID = "Invalid request."
@@ -59,40 +58,33 @@ def accept(
         template_version = (
             templates.pin(session, caller.project_id, data["template"], channel) if "template" in data else None
         )
-        row = session.execute(
-            insert(Message)
-            .values(
-                project_id=caller.project_id,
-                channel=channel,
-                status=status,
-                priority=data["priority"],
-                category=data.get("category"),
-                subscriber_id=value if kind == "subscriber_id" else None,
-                to_address=None if kind == "subscriber_id" else normalise_address(kind, value),
-                test=caller.is_test,
-                bypass_quiet_hours=data["bypass_quiet_hours"],
-                template=data.get("template"),
-                template_version=template_version,
-                idempotency_key=idempotency_key,
-                request_hash=request_fingerprint(raw_body) if idempotency_key else None,
-                scheduled_at=scheduled_at,
-            )
-            .on_conflict_do_nothing(constraint="uq_messages_project_idempotency_key")
-            .returning(Message.id, Message.created_at)
-        ).first()
-        if row is None:
-            return _replay(session, caller.project_id, idempotency_key, raw_body)
-        session.add(
-            MessageContent(
-                message_id=row.id,
-                subject=content.get("subject") or content.get("title"),
-                text=content.get("text"),
-                html=content.get("html"),
-                data=data.get("data") or {},
-                meta=data.get("metadata") or {},
-                locale=data.get("locale"),
-            )
+        common = intake.Common(
+            channel=channel,
+            priority=data["priority"],
+            status=status,
+            category=data.get("category"),
+            test=caller.is_test,
+            bypass_quiet_hours=data["bypass_quiet_hours"],
+            template=data.get("template"),
+            template_version=template_version,
+            scheduled_at=scheduled_at,
+            subject=content.get("subject") or content.get("title"),
+            text=content.get("text"),
+            html=content.get("html"),
+            data=data.get("data") or {},
+            meta=data.get("metadata") or {},
+            locale=data.get("locale"),
         )
+        recipient = intake.Recipient(
+            subscriber_id=value if kind == "subscriber_id" else None,
+            to_address=None if kind == "subscriber_id" else normalise_address(kind, value),
+            idempotency_key=idempotency_key,
+            request_hash=request_fingerprint(raw_body) if idempotency_key else None,
+        )
+        inserted = intake.insert_messages(session, caller.project_id, common, [recipient])
+        if not inserted:
+            return _replay(session, caller.project_id, idempotency_key, raw_body)
+        row = inserted[0]
         if status is MessageStatus.ACCEPTED:
             for signature in dispatch.prepare([str(row.id)], data["priority"]):
                 enqueue_after_commit(session, signature)

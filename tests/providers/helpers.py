@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers.base import Outbound
+from providers.base import Attachment, Outbound
 
 
 def email(n: int = 1, **fields: Any) -> Outbound:
@@ -23,3 +23,6 @@ def email(n: int = 1, **fields: Any) -> Outbound:
 
 def emails(count: int, **fields: Any) -> list[Outbound]:
     return [email(n, **fields) for n in range(1, count + 1)]
+
+
+FILES = (Attachment("invoice.pdf", "application/pdf", "JVBERi0xLjQK"),)  # base64 of "%PDF-1.4\n"

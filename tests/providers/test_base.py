@@ -14,6 +14,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from providers import registry
 from providers.base import (
     ConfigurationError,
     HttpClient,
@@ -263,3 +264,13 @@ def test_an_unreadable_success_is_ambiguous(httpserver: HTTPServer):
     with pytest.raises(TransientError) as raised:
         HttpClient(httpserver.url_for("")).post_json("/x", {})
     assert raised.value.ambiguous
+
+
+def test_only_adapters_that_send_attachments_say_so():
+    assert {name for name in registry.names() if registry.carries_attachments(name)} == {
+        "log",
+        "postmark",
+        "resend",
+        "sendgrid",
+        "smtp",
+    }

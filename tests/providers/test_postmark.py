@@ -10,7 +10,7 @@ from werkzeug import Request, Response
 
 from providers.base import ConfigurationError, Outcome, PermanentError, RateLimited, TransientError
 from providers.postmark import PostmarkProvider
-from tests.providers.helpers import email, emails
+from tests.providers.helpers import FILES, email, emails
 
 SETTINGS = {"POSTMARK_SERVER_TOKEN": "server-token", "EMAIL_FROM": "hello@acme.test"}
 HEADERS = {"X-Postmark-Server-Token": "server-token", "Accept": "application/json"}
@@ -160,3 +160,28 @@ def test_server_errors_are_transient(httpserver, adapter):
 def test_settings(missing):
     with pytest.raises(ValueError, match=f"{missing} is not set"):
         PostmarkProvider.from_env({k: v for k, v in SETTINGS.items() if k != missing})
+
+
+def test_a_message_with_attachments_has_a_request_of_its_own(httpserver, adapter):
+    singles: list[dict] = []
+    batches: list[list[dict]] = []
+
+    def single(request: Request) -> Response:
+        singles.append(request.get_json())
+        return Response(json.dumps(ok("p-files", request.get_json()["To"])))
+
+    def batch(request: Request) -> Response:
+        batches.append(request.get_json())
+        return Response(json.dumps([ok(f"p{i}", m["To"]) for i, m in enumerate(request.get_json())]))
+
+    httpserver.expect_request("/email", method="POST").respond_with_handler(single)
+    httpserver.expect_request("/email/batch", method="POST").respond_with_handler(batch)
+    results = adapter.send([email(1), email(2, attachments=FILES, cc="zoe@example.com"), email(3)])
+    assert {r.message_id: r.provider_message_id for r in results} == {"m1": "p0", "m2": "p-files", "m3": "p1"}
+    [with_files] = singles
+    assert with_files["Attachments"] == [
+        {"Name": "invoice.pdf", "Content": "JVBERi0xLjQK", "ContentType": "application/pdf"}
+    ]
+    assert "Cc" not in with_files  # Postmark's Cc would send to it; that address has its own message
+    assert [[m["To"] for m in b] for b in batches] == [["user1@example.com", "user3@example.com"]]
+    assert all("Attachments" not in m for m in batches[0])

@@ -17,7 +17,7 @@ from providers.base import (
     TransientError,
 )
 from providers.resend import ResendProvider
-from tests.providers.helpers import email, emails
+from tests.providers.helpers import FILES, email, emails
 
 SETTINGS = {"RESEND_API_KEY": "re_test_123", "EMAIL_FROM": "Acme <hello@acme.test>"}
 
@@ -153,3 +153,27 @@ def test_rate_limit_waits_as_long_as_resend_says(httpserver, adapter):
 def test_settings(missing):
     with pytest.raises(ValueError, match=f"{missing} is not set"):
         ResendProvider.from_env({k: v for k, v in SETTINGS.items() if k != missing})
+
+
+def test_a_message_with_attachments_goes_alone_because_batches_take_none(httpserver, adapter):
+    singles: list[Request] = []
+    batches: list[list[dict]] = []
+
+    def single(request: Request) -> Response:
+        singles.append(request)
+        return Response(json.dumps({"id": "r-files"}))
+
+    def batch(request: Request) -> Response:
+        batches.append(request.get_json())
+        return Response(json.dumps({"data": [{"id": f"r{i}"} for i in range(len(request.get_json()))]}))
+
+    httpserver.expect_request("/emails", method="POST").respond_with_handler(single)
+    httpserver.expect_request("/emails/batch", method="POST").respond_with_handler(batch)
+    results = adapter.send([email(1), email(2, attachments=FILES), email(3)])
+    assert {r.message_id: r.provider_message_id for r in results} == {"m1": "r0", "m2": "r-files", "m3": "r1"}
+    [with_files] = singles
+    assert with_files.headers["Idempotency-Key"] == "m2"
+    assert with_files.get_json()["attachments"] == [
+        {"filename": "invoice.pdf", "content": "JVBERi0xLjQK", "content_type": "application/pdf"}
+    ]
+    assert [[m["to"] for m in b] for b in batches] == [[["user1@example.com"], ["user3@example.com"]]]

@@ -11,7 +11,7 @@ from werkzeug import Request, Response
 
 from providers.base import ConfigurationError, Outcome, RateLimited, TransientError
 from providers.sendgrid import SendGridProvider
-from tests.providers.helpers import email, emails
+from tests.providers.helpers import FILES, email, emails
 
 SETTINGS = {"SENDGRID_API_KEY": "SG.test", "EMAIL_FROM": "Acme <hello@acme.test>"}
 
@@ -187,3 +187,27 @@ def test_a_rate_limit_after_a_first_group_went_out_keeps_it_sent(httpserver, ada
 def test_settings(missing):
     with pytest.raises(ValueError, match=f"{missing} is not set"):
         SendGridProvider.from_env({k: v for k, v in SETTINGS.items() if k != missing})
+
+
+def test_attachments_belong_to_the_request_and_recipients_of_the_same_files_share_it(httpserver, adapter):
+    bodies: list[dict] = []
+
+    def answer(request: Request) -> Response:
+        bodies.append(request.get_json())
+        return accepted(f"req-{len(bodies)}")
+
+    httpserver.expect_request("/v3/mail/send").respond_with_handler(answer)
+    same = dict(text="Your invoice", html=None, attachments=FILES, cc="zoe@example.com")
+    results = adapter.send([email(1, **same), email(2, **same), email(3, text="Your invoice", html=None)])
+    assert [(r.message_id, r.provider_message_id) for r in results] == [
+        ("m1", "req-1"),
+        ("m2", "req-1"),
+        ("m3", "req-2"),
+    ]
+    with_files, without = bodies
+    assert with_files["attachments"] == [
+        {"content": "JVBERi0xLjQK", "type": "application/pdf", "filename": "invoice.pdf", "disposition": "attachment"}
+    ]
+    assert len(with_files["personalizations"]) == 2
+    assert all("cc" not in p and "Cc" not in p.get("headers", {}) for p in with_files["personalizations"])
+    assert "attachments" not in without

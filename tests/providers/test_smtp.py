@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import socket
 import ssl
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from providers.base import ConfigurationError, Outcome, Unreachable
+from providers.base import Attachment, ConfigurationError, Outcome, Unreachable
 from providers.smtp import SmtpProvider
 from tests.providers.helpers import email, emails
 
@@ -283,3 +284,29 @@ def test_max_batch_is_per_connection():
 def test_settings(env, message):
     with pytest.raises(ValueError, match=message):
         SmtpProvider.from_env(env)
+
+
+def test_attachments_pass_through_as_the_base64_they_are(serve):
+    mailbox, port = serve()
+    pdf = bytes(range(256)) * 4
+    content = base64.b64encode(pdf).decode()
+    files = (Attachment("Grüße.pdf", "application/pdf", content), Attachment("a.txt", "text/plain", "aGk="))
+    message = email(1, attachments=files, cc="Zoë <zoe@example.com>", headers={"Message-ID": "<app-1@app.test>"})
+    [result] = SmtpProvider.from_env(settings(port)).send([message])
+    assert result.provider_message_id == "<app-1@app.test>"  # the sender's own Message-ID stands
+    received = mailbox.received[0]
+    assert received.rcpt_tos == ["user1@example.com"]  # Cc is shown, never sent to
+    parsed = received.message
+    assert (parsed["Cc"], parsed["Message-ID"]) == ("Zoë <zoe@example.com>", "<app-1@app.test>")
+    assert parsed.get_content_type() == "multipart/mixed"
+    body, first, second = parsed.iter_parts()
+    assert body.get_content_type() == "multipart/alternative"
+    assert (first.get_filename(), first.get_content_type(), first.get_content()) == (
+        "Grüße.pdf",
+        "application/pdf",
+        pdf,
+    )
+    assert (second.get_filename(), second.get_content()) == ("a.txt", "hi")
+    # On the wire: the stored base64, cut into 76-character lines, not encoded again.
+    lines = [content[i : i + 76].encode() for i in range(0, len(content), 76)]
+    assert b"\r\n".join(lines) in received.raw

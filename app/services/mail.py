@@ -1,0 +1,67 @@
+"""Accepting email that arrived over SMTP: one Tidings message per recipient.
+
+The SMTP server answers 250 only once `accept_mail` has returned, and it returns only after
+its transaction committed, so nothing a client was told is accepted can be lost. From there
+the messages are API sends like any other: prepare applies suppressions (a suppressed
+recipient ends `suppressed` with its event, never a bounce back to the application), picks
+the provider, and deliver sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.addresses import normalise_address
+from app.auth import Caller
+from app.db import enqueue_after_commit
+from app.enums import Channel
+from app.mime import Mail
+from app.services import intake
+from providers import registry
+from tasks import dispatch
+
+
+class FilesNotCarried(Exception):
+    """The message has attachments and the provider it would go to cannot send them."""
+
+
+def accept_mail(
+    db: sessionmaker[Session],
+    caller: Caller,
+    recipients: Sequence[str],
+    mail: Mail,
+    providers: Mapping[Channel, str],
+) -> list[str]:
+    """Record `mail` once per distinct recipient in one statement; the new message ids.
+
+    Attachments are refused up front when the provider cannot carry them: sending the
+    words without the files would lose what the sender was told was accepted.
+    """
+    # The provider prepare will route to: test keys always reach `log`.
+    provider = "log" if caller.is_test else providers[Channel.EMAIL]
+    if mail.attachments and not registry.carries_attachments(provider):
+        raise FilesNotCarried(f"the {provider} provider does not send attachments")
+    common = intake.Common(
+        channel=Channel.EMAIL,
+        priority=mail.priority,
+        category=mail.category,
+        test=caller.is_test,
+        subject=mail.subject,
+        text=mail.text,
+        html=mail.html,
+        reply_to=mail.reply_to,
+        cc=mail.cc,
+        headers=mail.headers or None,
+        attachments=mail.attachments,
+    )
+    addresses = dict.fromkeys(normalise_address("email", address) for address in recipients)
+    with db.begin() as session:
+        inserted = intake.insert_messages(
+            session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
+        )
+        ids = [str(row.id) for row in inserted]
+        for signature in dispatch.prepare(ids, mail.priority):
+            enqueue_after_commit(session, signature)
+    return ids

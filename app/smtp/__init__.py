@@ -1,0 +1,1 @@
+"""SMTP ingress: `tidings smtp` accepts mail from applications that only speak SMTP."""

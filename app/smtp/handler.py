@@ -1,0 +1,140 @@
+"""The SMTP conversation: who sends (AUTH), whether they may (MAIL), to whom (RCPT) and what
+(DATA), each answered with the code a mail client knows how to act on.
+
+aiosmtpd runs every connection on one asyncio loop. Whatever blocks (PostgreSQL, Redis,
+reading a 10 MB message) runs on a thread pool, so one slow commit never stalls the other
+connections; DATA is answered 250 only once its rows are committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from marshmallow import ValidationError, validate
+
+from app.auth import Caller, find_caller
+from app.config import Settings
+from app.db import session_factory
+from app.enums import Channel
+from app.mime import Malformed, read_mail
+from app.ratelimit import ApiRateLimiter
+from app.redis_client import redis_for
+from app.services.mail import FilesNotCarried, accept_mail
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+VALID_EMAIL = validate.Email()  # the API's own check of an email address
+MAX_REASON = 300  # an SMTP reply line stays under 512 octets
+
+
+def unverified(server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any) -> AuthResult:
+    """aiosmtpd's authenticator: it only hands over the credentials aiosmtpd decoded.
+
+    The key is looked up off the loop by `Ingress.verify`; on its own this refuses everyone,
+    so a login that somehow skipped `verify` fails closed.
+    """
+    return AuthResult(success=False, handled=False, auth_data=auth_data)
+
+
+class Ingress:
+    """The aiosmtpd handler of one listener: its hooks answer AUTH, MAIL, RCPT and DATA.
+
+    The login's password is a project API key (live or test); the username is not looked at.
+    """
+
+    def __init__(self, settings: Settings, max_recipients: int, pool: Executor):
+        self.settings = settings
+        self.max_recipients = max_recipients
+        self.pool = pool
+        self.db = session_factory(settings.database_url)
+        self.limiter = ApiRateLimiter(redis_for(settings.redis_url))
+        # DATA commands between their last byte and their answer, so a stop can wait for them.
+        self.busy = 0
+
+    async def offload(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+
+    # aiosmtpd takes `auth_<MECHANISM>` methods of the handler as the server's mechanisms; these
+    # reuse its own parsing of PLAIN and LOGIN and check the key off the loop.
+    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        return await self.verify(await server.auth_PLAIN(server, args))
+
+    async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        return await self.verify(await server.auth_LOGIN(server, args))
+
+    async def verify(self, parsed: AuthResult) -> AuthResult:
+        credentials = parsed.auth_data
+        if not isinstance(credentials, LoginPassword):
+            return parsed  # the client's answer could not be read; aiosmtpd has said so
+        try:
+            caller = await self.offload(self.caller_for, credentials.password.decode("utf-8", errors="replace"))
+        except Exception:
+            logger.exception("could not check an SMTP login")
+            return AuthResult(success=False, handled=False, message="454 4.7.0 Temporary authentication failure")
+        if caller is None:
+            return AuthResult(success=False, handled=False)  # aiosmtpd answers 535
+        return AuthResult(success=True, auth_data=caller)
+
+    def caller_for(self, key: str) -> Caller | None:
+        with self.db() as session:
+            return find_caller(session, key)
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
+    ) -> str:
+        """A new message: the project must have email on and be within its rate limit."""
+        caller: Caller = session.auth_data
+        if Channel.EMAIL.value not in caller.channels:
+            return "550 5.7.1 The email channel is not enabled for this project"
+        if caller.rate_limit_per_min:
+            verdict = await self.offload(self.limiter.check, caller.project_id, caller.rate_limit_per_min)
+            if verdict is not None and not verdict.allowed:
+                return f"451 4.7.1 Rate limit exceeded; try again in {verdict.reset_seconds} seconds"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 OK"
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+    ) -> str:
+        """Each recipient becomes a message of its own; 452 asks the client to send the rest again."""
+        if len(envelope.rcpt_tos) >= self.max_recipients:
+            return f"452 4.5.3 Too many recipients: at most {self.max_recipients} per message, send the rest again"
+        try:
+            VALID_EMAIL(address)
+        except ValidationError:
+            return "553 5.1.3 Not a valid email address"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        """Store the message for every recipient; 250 only once the rows are committed."""
+        self.busy += 1
+        try:
+            ids = await self.offload(self.accept, session.auth_data, list(envelope.rcpt_tos), envelope.content)
+        except Malformed as error:
+            return f"554 5.6.0 Malformed message: {reply_text(error)}"
+        except FilesNotCarried as error:
+            return f"554 5.6.1 Attachments cannot be sent: {reply_text(error)}"
+        except Exception:
+            logger.exception("could not store a message received over SMTP")
+            return "451 4.3.0 The message could not be stored; try again later"
+        finally:
+            self.busy -= 1
+        more = f" and {len(ids) - 1} more" if len(ids) > 1 else ""
+        return f"250 2.0.0 OK: queued as {ids[0]}{more}"
+
+    def accept(self, caller: Caller, recipients: list[str], raw: bytes) -> list[str]:
+        return accept_mail(self.db, caller, recipients, read_mail(raw), self.settings.providers)
+
+
+def reply_text(error: Exception) -> str:
+    """An error's text fit for an SMTP reply: one line of ASCII, not too long."""
+    return " ".join(str(error).split()).encode("ascii", errors="replace").decode()[:MAX_REASON]

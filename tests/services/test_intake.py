@@ -1,0 +1,102 @@
+"""The shared insert: one statement for every recipient, content and files written once."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.enums import Channel, Priority
+from app.services import intake
+from providers.base import Attachment
+from tests.conftest import create_project
+
+FILES = (Attachment("a.pdf", "application/pdf", "JVBERi0xLjQK"), Attachment("b.txt", "text/plain", "aGk="))
+
+
+@pytest.fixture
+def project_id(client) -> str:
+    return create_project(client).id
+
+
+def stored(engine, project_id: str) -> list:
+    with engine.connect() as connection:
+        return connection.execute(
+            text(
+                """
+                SELECT m.to_address, m.status, c.subject, c.reply_to, c.cc, c.headers,
+                       ARRAY(SELECT a.filename FROM unnest(c.attachment_ids) WITH ORDINALITY AS f(id, n)
+                             JOIN attachments a ON a.id = f.id ORDER BY f.n) AS files
+                FROM messages m JOIN message_contents c ON c.message_id = m.id
+                WHERE m.project_id = :p ORDER BY m.to_address
+                """
+            ),
+            {"p": project_id},
+        ).all()
+
+
+def test_every_recipient_gets_a_message_and_the_files_are_stored_once(engine, project_id):
+    common = intake.Common(
+        channel=Channel.EMAIL,
+        priority=Priority.BULK,
+        subject="Invoice",
+        reply_to="help@app.example",
+        cc="Zoë <zoe@example.com>",
+        headers={"Message-ID": "<1@app.example>"},
+        attachments=FILES,
+    )
+    recipients = [intake.Recipient(to_address=f"{name}@example.com") for name in ("b", "a", "c")]
+    with Session(engine) as session, session.begin():
+        inserted = intake.insert_messages(session, project_id, common, recipients)
+    assert len(inserted) == 3
+    rows = stored(engine, project_id)
+    assert [tuple(row) for row in rows] == [
+        (
+            f"{name}@example.com",
+            "accepted",
+            "Invoice",
+            "help@app.example",
+            "Zoë <zoe@example.com>",
+            {"Message-ID": "<1@app.example>"},
+            ["a.pdf", "b.txt"],
+        )
+        for name in ("a", "b", "c")
+    ]
+    with engine.connect() as connection:
+        files = connection.scalar(text("SELECT count(*) FROM attachments WHERE project_id = :p"), {"p": project_id})
+    assert files == 2
+
+
+def test_a_used_idempotency_key_inserts_nothing_at_all(engine, project_id):
+    common = intake.Common(channel=Channel.EMAIL, priority=Priority.TRANSACTIONAL, subject="Once", attachments=FILES)
+    recipient = intake.Recipient(to_address="a@example.com", idempotency_key="k1", request_hash="h")
+    with Session(engine) as session, session.begin():
+        assert len(intake.insert_messages(session, project_id, common, [recipient])) == 1
+    with Session(engine) as session, session.begin():
+        assert intake.insert_messages(session, project_id, common, [recipient]) == []
+    with engine.connect() as connection:
+        counts = connection.execute(
+            text(
+                """
+                SELECT (SELECT count(*) FROM messages WHERE project_id = :p),
+                       (SELECT count(*) FROM attachments WHERE project_id = :p)
+                """
+            ),
+            {"p": project_id},
+        ).one()
+    assert tuple(counts) == (1, 2)
+
+
+def test_without_files_or_extras_nothing_is_stored_for_them(engine, project_id):
+    common = intake.Common(channel=Channel.SMS, priority=Priority.TRANSACTIONAL, text="Code 1234")
+    with Session(engine) as session, session.begin():
+        intake.insert_messages(session, project_id, common, [intake.Recipient(to_address="+4915112345678")])
+    with engine.connect() as connection:
+        row = connection.execute(
+            text(
+                "SELECT c.attachment_ids, c.headers, c.data FROM message_contents c "
+                "JOIN messages m ON m.id = c.message_id WHERE m.project_id = :p"
+            ),
+            {"p": project_id},
+        ).one()
+    assert tuple(row) == (None, None, {})
