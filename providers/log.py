@@ -23,6 +23,7 @@ class LogProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
     max_batch: ClassVar[int] = 500
     idempotent: bool = True  # it sends nothing, so sending again is harmless
+    account_settings: ClassVar[tuple[str, ...]] = ()
 
     # What this process would have sent, newest last; bounded so a long run cannot grow it.
     record: ClassVar[deque[Outbound]] = deque(maxlen=100_000)

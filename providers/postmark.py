@@ -68,6 +68,7 @@ class PostmarkProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 500
     idempotent: bool = False  # Postmark takes no idempotency key
+    account_settings: ClassVar[tuple[str, ...]] = ("POSTMARK_SERVER_TOKEN", "EMAIL_FROM", "POSTMARK_MESSAGE_STREAM")
 
     def __init__(self, token: str, sender: str, stream: str, env: Mapping[str, str]):
         self.sender = sender

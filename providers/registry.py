@@ -1,11 +1,11 @@
-"""Provider names → adapter classes; configuration picks one per channel by name."""
+"""Provider names → adapter classes; configuration picks them per channel by name."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from providers.base import Provider
-from providers.fake import FakeProvider
+from providers.fake import FakeProvider, SecondFakeProvider
 from providers.fcm import FcmProvider
 from providers.log import LogProvider
 from providers.postmark import PostmarkProvider
@@ -21,6 +21,7 @@ PROVIDERS: dict[str, type[Provider]] = {
     for cls in (
         LogProvider,
         FakeProvider,
+        SecondFakeProvider,
         SmtpProvider,
         ResendProvider,
         PostmarkProvider,
@@ -40,3 +41,13 @@ def names() -> list[str]:
 def build(name: str, env: Mapping[str, str]) -> Provider:
     """Instantiate the adapter `name` from its settings; ValueError when one is missing."""
     return PROVIDERS[name].from_env(env)
+
+
+def with_account(env: Mapping[str, str], names: tuple[str, ...], account: Mapping[str, str]) -> dict[str, str]:
+    """The settings to build an adapter from for a project that brings its own account.
+
+    Every account setting (`names`) is the project's or absent, never the deployment's: a
+    project's token must not go out with the deployment's sender, nor a missing token be
+    filled in with the deployment's. Everything else (base URL, timeouts) is the deployment's.
+    """
+    return {**{k: v for k, v in env.items() if k not in names}, **account}

@@ -59,6 +59,7 @@ class ResendProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 100
     idempotent: bool = True  # we send our message id as Idempotency-Key
+    account_settings: ClassVar[tuple[str, ...]] = ("RESEND_API_KEY", "EMAIL_FROM")
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender

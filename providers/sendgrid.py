@@ -61,6 +61,7 @@ class SendGridProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 1000
     idempotent: bool = False  # SendGrid takes no idempotency key
+    account_settings: ClassVar[tuple[str, ...]] = ("SENDGRID_API_KEY", "EMAIL_FROM")
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender

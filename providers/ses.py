@@ -97,6 +97,14 @@ class SesProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = False  # SES takes no idempotency key
+    account_settings: ClassVar[tuple[str, ...]] = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "SES_REGION",
+        "SES_CONFIGURATION_SET",
+        "EMAIL_FROM",
+    )
 
     def __init__(self, env: Mapping[str, str]):
         # SES_REGION, else the region the rest of the AWS tooling uses.

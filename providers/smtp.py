@@ -74,6 +74,15 @@ class SmtpProvider:
     # How many messages one connection carries; relays often cap messages per connection.
     max_batch: ClassVar[int] = 50
     idempotent: bool = False  # SMTP has no idempotency key
+    # A project's own relay; the CA file stays the deployment's (a path on the worker).
+    account_settings: ClassVar[tuple[str, ...]] = (
+        "SMTP_HOST",
+        "SMTP_PORT",
+        "SMTP_SECURITY",
+        "SMTP_USERNAME",
+        "SMTP_PASSWORD",
+        "EMAIL_FROM",
+    )
 
     def __init__(
         self,
