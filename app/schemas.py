@@ -281,8 +281,16 @@ class PauseSchema(Schema):
 
 class ProviderStateSchema(Schema):
     name = fields.String()
-    channels = fields.List(fields.String())
+    channels = fields.List(fields.String(), metadata={"description": "Channels whose failover order lists it."})
+    primary_for = fields.List(fields.String(), metadata={"description": "Channels it is the first choice of."})
     rate_per_sec = fields.Float(allow_none=True)
     paused = fields.Boolean()
     paused_reason = fields.String(allow_none=True)
     paused_seconds_left = fields.Float(allow_none=True, metadata={"description": "null: until resumed"})
+    breaker = fields.String(
+        metadata={
+            "description": "closed: in use; open: skipped for the next of the channel; half_open: one probe may go"
+        }
+    )
+    breaker_failures = fields.Integer(metadata={"description": "Batches in a row that failed, while closed."})
+    breaker_seconds_left = fields.Float(allow_none=True, metadata={"description": "Until a probe may go, while open."})

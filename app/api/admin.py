@@ -86,7 +86,7 @@ def requeue(criteria: dict[str, Any]):
 @blp.route("/providers", methods=["GET"])
 @blp.response(200, ProviderStateSchema(many=True))
 def providers():
-    """The providers this deployment routes to: pace and pause state."""
+    """The providers this deployment routes to: failover order, pace, pause and circuit breaker."""
     ctx = context()
     return operations.provider_states(ctx.settings, ctx.redis)
 
@@ -103,6 +103,6 @@ def pause_provider(pause: dict[str, Any], name: str):
 @blp.route("/providers/<name>/resume", methods=["POST"])
 @blp.response(200, ProviderStateSchema)
 def resume_provider(name: str):
-    """Send through a paused provider again."""
+    """Send through a paused provider again, and close its circuit breaker."""
     ctx = context()
     return operations.set_pause(ctx.settings, ctx.redis, name, None)
