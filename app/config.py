@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from app.enums import Channel
 from providers import registry
+from providers.inbound import registry as inbound
 
 
 class ConfigError(Exception):
@@ -84,6 +85,7 @@ class Settings:
         env = dict(os.environ if environ is None else environ)
         redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
         chains = {channel: _chain(env, channel) for channel in DELIVERING_CHANNELS}
+        _check_receivers(env)
         default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
         return cls(
             database_url=_database_url(env),
@@ -216,3 +218,13 @@ def _chain(env: Mapping[str, str], channel: Channel) -> tuple[str, ...]:
         except ValueError as error:
             raise ConfigError(f"{name}={value}: {error}") from None
     return chain
+
+
+def _check_receivers(env: Mapping[str, str]) -> None:
+    """A malformed status webhook setting (a secret without whsec_, a key that is no key)
+    stops start-up, rather than every webhook of that provider being refused later."""
+    for name in inbound.RECEIVERS:
+        try:
+            inbound.build(name, env)
+        except ValueError as error:
+            raise ConfigError(f"{name} status webhooks: {error}") from None

@@ -23,6 +23,11 @@ from urllib3.exceptions import ProtocolError
 logger = logging.getLogger(__name__)
 
 
+# The name under which our message id travels in a provider's metadata (tags, custom args):
+# the provider echoes it in its status webhooks, which is how they find the message.
+MESSAGE_ID_TAG = "tidings_message_id"
+
+
 class Outcome(StrEnum):
     """What the engine does with one message after a provider call."""
 

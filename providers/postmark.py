@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -124,7 +125,7 @@ class PostmarkProvider:
             "To": message.to,
             "Subject": message.subject or "",
             "MessageStream": self.stream,
-            "Metadata": {"tidings_message_id": message.message_id},
+            "Metadata": {MESSAGE_ID_TAG: message.message_id},
         }
         optional = {
             "TextBody": message.text,

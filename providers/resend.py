@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -111,7 +112,7 @@ class ResendProvider:
             "to": [message.to],
             "subject": message.subject or "",
             # A tag carries our id into Resend's webhooks, so events find their message.
-            "tags": [{"name": "tidings_message_id", "value": message.message_id}],
+            "tags": [{"name": MESSAGE_ID_TAG, "value": message.message_id}],
         }
         optional = {
             "text": message.text,

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     Outbound,
     Outcome,
     PermanentError,
@@ -119,7 +120,7 @@ class SendGridProvider:
             "to": [{"email": message.to}],
             "subject": message.subject or "",
             # custom_args come back in SendGrid's event webhooks, so events find their message.
-            "custom_args": {"tidings_message_id": message.message_id},
+            "custom_args": {MESSAGE_ID_TAG: message.message_id},
         }
         if message.headers:
             personalization["headers"] = dict(message.headers)

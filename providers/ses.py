@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -157,7 +158,7 @@ class SesProvider:
             "Destination": {"ToAddresses": [message.to]},
             "Content": {"Simple": simple},
             # A tag carries our id into SES event publishing, so events find their message.
-            "EmailTags": [{"Name": "tidings_message_id", "Value": message.message_id}],
+            "EmailTags": [{"Name": MESSAGE_ID_TAG, "Value": message.message_id}],
         }
         if message.reply_to:
             request["ReplyToAddresses"] = [message.reply_to]

@@ -119,10 +119,9 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
 
 
 def build_own(config: Settings, provider: str, sealed: str) -> Provider:
-    cls = registry.PROVIDERS[provider]
     try:
         account = unseal(config.secret_key, sealed)
-        return registry.build(provider, registry.with_account(config.environ, cls.account_settings, account))
+        return registry.build(provider, registry.with_account(config.environ, provider, account))
     except (SealBroken, ValueError) as error:
         return UnusableAccount(f"the project's own {provider} account cannot be used: {error}")
 

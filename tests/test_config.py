@@ -87,6 +87,19 @@ def test_broker_may_be_rabbitmq():
             "EMAIL_PROVIDER must list providers separated by commas, each once; got 'log, log'",
         ),
         ({"BREAKER_ERROR_RATE": "1.5"}, "BREAKER_ERROR_RATE must be at most 1.0; got 1.5"),
+        ({"RESEND_WEBHOOK_SECRET": "secret"}, "resend status webhooks: RESEND_WEBHOOK_SECRET must start with whsec_"),
+        (
+            {"POSTMARK_WEBHOOK_USERNAME": "postmark"},
+            "postmark status webhooks: POSTMARK_WEBHOOK_PASSWORD is not set",
+        ),
+        (
+            {"SENDGRID_WEBHOOK_PUBLIC_KEY": "bm90IGEga2V5"},
+            "sendgrid status webhooks: SENDGRID_WEBHOOK_PUBLIC_KEY is not a public key (base64 DER, or PEM)",
+        ),
+        (
+            {"SES_SNS_TOPIC_ARNS": "arn:aws:sns:eu-west-1:123456789012:ses", "SES_SNS_TEST_HOST": "example.com:80"},
+            "ses status webhooks: SES_SNS_TEST_HOST may only name 127.0.0.1:<port>; got 'example.com:80'",
+        ),
         ({"BREAKER_FAILURES": "0"}, "BREAKER_FAILURES must be at least 1; got 0"),
         (
             {"TIDINGS_PUBLIC_URL": "tidings.example.com"},
