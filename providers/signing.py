@@ -17,8 +17,10 @@ def secret_key(secret: str, setting: str) -> bytes:
     """The key inside a `whsec_` secret; ValueError naming `setting` when it is malformed."""
     if not secret.startswith("whsec_"):
         raise ValueError(f"{setting} must start with whsec_")
+    encoded = secret.removeprefix("whsec_")
     try:
-        return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        # Svix secrets may come without base64 padding.
+        return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except ValueError:
         raise ValueError(f"{setting} must be whsec_ followed by base64") from None
 
