@@ -166,6 +166,8 @@ class CircuitBreakers:
     def states(self, providers: Iterable[str]) -> dict[str, Circuit]:
         """Every provider's circuit in one round trip; closed for all when Redis cannot say."""
         names = sorted(set(providers))
+        if not names:
+            return {}
         try:
             with self.client.pipeline(transaction=False) as pipe:
                 for name in names:

@@ -51,12 +51,13 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         runs = send(config, client, provider, priority, admitted.ids)
     finally:
         # Once per batch, and always for a probe: it must give its place back whatever happened.
-        ok = sum(run.tally()[0] for _, run in runs)
-        failed = sum(run.tally()[1] for _, run in runs)
-        entered = CircuitBreakers(client, config.breaker).record(provider, ok, failed, admitted.probe)
-        if entered is not None:
-            logger.warning("circuit of provider %s is now %s", provider, entered.value)
-            increment(client, "breaker_transitions", provider=provider, state=entered.value)
+        if runs or admitted.probe:
+            tallies = [run.tally() for _, run in runs]
+            ok, failed = sum(t[0] for t in tallies), sum(t[1] for t in tallies)
+            entered = CircuitBreakers(client, config.breaker).record(provider, ok, failed, admitted.probe)
+            if entered is not None:
+                logger.warning("circuit of provider %s is now %s", provider, entered.value)
+                increment(client, "breaker_transitions", provider=provider, state=entered.value)
 
 
 def send(

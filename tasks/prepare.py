@@ -65,7 +65,7 @@ def prepare(ids: list[str]) -> None:
         rows = prepare_store.load(session, ids)
         if not rows:
             return
-        circuits = CircuitBreakers(redis_for(config.redis_url), config.breaker).states(config.chained_providers)
+        circuits = CircuitBreakers(redis_for(config.redis_url), config.breaker).states(routing.fallible(config.chains))
         routes = routing.choose(config.chains, circuits)
         addresses = {row.id: resolve_address(row) for row in rows}
         suppressed = prepare_store.active_suppressions(

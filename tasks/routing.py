@@ -27,6 +27,11 @@ def choose(chains: Mapping[Channel, Sequence[str]], circuits: Mapping[str, Circu
     }
 
 
+def fallible(chains: Mapping[Channel, Sequence[str]]) -> set[str]:
+    """The providers whose circuits can change a route: those of chains with somewhere else to go."""
+    return {provider for chain in chains.values() if len(chain) > 1 for provider in chain}
+
+
 def handover_targets(
     chains: Mapping[Channel, Sequence[str]], provider: str, circuits: Mapping[str, Circuit]
 ) -> dict[Channel, str]:
