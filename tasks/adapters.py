@@ -118,10 +118,15 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
     return {p: entry[1] for p, entry in cached.items()}
 
 
+def own_env(config: Settings, provider: str, sealed: str) -> dict[str, str]:
+    """The settings a project's own account is built from: the deployment's, its account
+    settings replaced by the project's. SealBroken when this secret key cannot read them."""
+    return registry.with_account(config.environ, provider, unseal(config.secret_key, sealed))
+
+
 def build_own(config: Settings, provider: str, sealed: str) -> Provider:
     try:
-        account = unseal(config.secret_key, sealed)
-        return registry.build(provider, registry.with_account(config.environ, provider, account))
+        return registry.build(provider, own_env(config, provider, sealed))
     except (SealBroken, ValueError) as error:
         return UnusableAccount(f"the project's own {provider} account cannot be used: {error}")
 

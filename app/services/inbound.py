@@ -28,12 +28,11 @@ from app.counters import increment
 from app.enums import Channel, EventType, MessageStatus, SuppressionReason
 from app.errors import abort
 from app.services.suppressions import NewSuppression, suppress_all
-from app.vault import SealBroken, unseal
-from providers import registry
+from app.vault import SealBroken
 from providers.inbound import registry as inbound
 from providers.inbound.base import HARD, InboundEvent, Kind, Receiver, Refused, WebhookRequest
 from tasks import store
-from tasks.adapters import own_scope
+from tasks.adapters import own_env, own_scope
 
 # Later news wins, never earlier: a delivery report arriving after a bounce changes nothing.
 STATUS_ORDER = [
@@ -89,17 +88,7 @@ def receive(
 
 def receiver_for(db: sessionmaker[Session], settings: Settings, provider: str, project_id: str | None) -> Receiver:
     """The deployment's receiver, or the one of a project's own account; 404 when not set up."""
-    env: Mapping[str, str] | None = settings.environ
-    if project_id is not None:
-        with db() as session:
-            sealed = session.execute(
-                text("SELECT sealed FROM project_providers WHERE project_id = :project AND provider = :provider"),
-                {"project": project_id, "provider": provider},
-            ).scalar()
-        try:
-            env = registry.with_account(env, provider, unseal(settings.secret_key, sealed)) if sealed else None
-        except SealBroken:
-            env = None
+    env = settings.environ if project_id is None else own_account_env(db, settings, provider, project_id)
     try:
         receiver = inbound.build(provider, env) if env is not None else None
     except ValueError:
@@ -108,6 +97,18 @@ def receiver_for(db: sessionmaker[Session], settings: Settings, provider: str, p
         where = f"project {project_id!r}" if project_id else "this deployment"
         abort(404, f"No {provider} status webhooks are set up for {where}.")
     return receiver
+
+
+def own_account_env(
+    db: sessionmaker[Session], settings: Settings, provider: str, project_id: str
+) -> Mapping[str, str] | None:
+    """What a project's own account is verified with; None when it has no readable one."""
+    with db() as session:
+        accounts = store.project_accounts(session, provider, [project_id])
+    try:
+        return own_env(settings, provider, accounts[0].sealed) if accounts else None
+    except SealBroken:
+        return None
 
 
 def apply(
