@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.vault import unseal
+from app.vault import seal, unseal
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
 from tests.provider_server import FakeProviderServer, json_response
 
@@ -20,6 +20,18 @@ def own_server() -> FakeProviderServer:
     server = FakeProviderServer().start()
     yield server
     server.stop()
+
+
+def own_account(client, project_id: str) -> dict:
+    return client.get(f"/v1/admin/projects/{project_id}/providers/fake", headers=ADMIN).get_json()
+
+
+def wait_until_paused(client, project_id: str) -> dict:
+    deadline = time.monotonic() + 15
+    while not (account := own_account(client, project_id))["paused"]:
+        assert time.monotonic() < deadline, "the project's account was never paused"
+        time.sleep(0.05)
+    return account
 
 
 def put(client, project_id: str, provider: str, settings: dict):
@@ -126,17 +138,9 @@ def test_a_project_s_broken_account_pauses_that_account_alone(client, project, f
     other = create_project(client)
     assert put(client, project.id, "fake", {"FAKE_PROVIDER_URL": own_server.url}).status_code == 201
     mine = project.send(email("mine")).get_json()["id"]
-
-    def paused() -> bool:
-        return client.get(f"/v1/admin/projects/{project.id}/providers/fake", headers=ADMIN).get_json()["paused"]
-
-    deadline = time.monotonic() + 15
-    while not paused():
-        assert time.monotonic() < deadline, "the project's account was never paused"
-        time.sleep(0.05)
-    account = client.get(f"/v1/admin/projects/{project.id}/providers/fake", headers=ADMIN).get_json()
+    account = wait_until_paused(client, project.id)
     assert "bad api key" in account["paused_reason"]
-    message = project.get(mine).get_json()
+    message = project.wait_for(mine, {"ready"})  # the pause is set just before the batch is finalised
     assert (message["status"], message["attempts"]) == ("ready", 0)  # waiting, its attempt given back
     # Everyone else sends as usual through the deployment's account.
     theirs = other.wait_for(other.send(email("theirs")).get_json()["id"])
@@ -146,4 +150,25 @@ def test_a_project_s_broken_account_pauses_that_account_alone(client, project, f
     # New settings lift the pause at once.
     own_server.override = None
     assert put(client, project.id, "fake", {"FAKE_PROVIDER_URL": own_server.url}).status_code == 200
-    assert paused() is False
+    assert own_account(client, project.id)["paused"] is False
+
+
+@pytest.mark.usefixtures("worker")
+def test_settings_sealed_under_another_secret_key_pause_that_account_and_say_so(client, project, engine):
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO project_providers (project_id, provider, sealed) VALUES (:p, 'fake', :sealed)"),
+            {"p": project.id, "sealed": seal("the-secret-key-before-rotation", {"FAKE_PROVIDER_URL": "http://x"})},
+        )
+    account = own_account(client, project.id)
+    assert (account["readable"], account["keys"]) == (False, [])
+    project.send(email())
+    account = wait_until_paused(client, project.id)
+    assert "cannot be read with this TIDINGS_SECRET_KEY" in account["paused_reason"]
+
+
+def test_the_openapi_spec_documents_own_accounts_and_inbound_webhooks(client):
+    paths = client.get("/openapi.json").get_json()["paths"]
+    assert {"put", "get", "delete"} <= set(paths["/v1/admin/projects/{project_id}/providers/{name}"])
+    assert "post" in paths["/v1/inbound/{provider}"]
+    assert "post" in paths["/v1/inbound/{provider}/{project_id}"]
