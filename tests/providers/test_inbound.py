@@ -6,10 +6,15 @@ import time
 
 import pytest
 
+from app.enums import EventType
 from providers.inbound.base import Kind, Stale, Unreadable, check_fresh, tagged_id
 from providers.inbound.postmark import kind_of
 from providers.inbound.ses import SnsHosts, event_of
 from providers.inbound.twilio import url_variants
+
+
+def test_every_kind_is_one_of_the_engine_s_event_types():
+    assert {kind.value for kind in Kind} <= {event.value for event in EventType}
 
 
 def test_a_timestamp_more_than_five_minutes_off_either_way_is_stale():

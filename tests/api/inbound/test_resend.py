@@ -115,7 +115,10 @@ def test_a_stale_timestamp_is_400_and_changes_nothing(inbound, project, engine, 
     assert_untouched(project, engine, message)
 
 
-def test_an_unknown_provider_is_404(inbound):
-    assert (
-        inbound.post("/v1/inbound/pigeon", data=b"{}", headers={"Content-Type": "application/json"}).status_code == 404
-    )
+def test_an_unknown_provider_or_one_without_webhook_settings_is_404(inbound, client):
+    json_type = {"Content-Type": "application/json"}
+    assert inbound.post("/v1/inbound/pigeon", data=b"{}", headers=json_type).status_code == 404
+    body = as_body(resend_event("email.delivered", "re-email-1"))
+    answer = client.post(URL, data=body, headers=resend_headers(body))  # the suite's API: no RESEND_WEBHOOK_SECRET
+    assert answer.status_code == 404
+    assert answer.get_json()["message"] == "No resend status webhooks are set up for this deployment."
