@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from app.enums import Channel
 from providers import registry
+from providers.inbound import registry as inbound
 
 
 class ConfigError(Exception):
@@ -28,13 +29,30 @@ MAX_COUNTDOWN = 15 * 60
 
 
 @dataclass(frozen=True)
+class BreakerPolicy:
+    """When a provider's circuit opens, and for how long (tasks/breaker.py).
+
+    It opens after `failures` batches in a row failed transiently, or when at least
+    `error_rate` of the messages sent in the last `window` seconds did (once there were
+    `min_volume` of them); after `cooldown` seconds one probe batch may try it again.
+    """
+
+    failures: int = 5
+    error_rate: float = 0.5
+    min_volume: int = 20
+    window: float = 60.0
+    cooldown: float = 30.0
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str
     redis_url: str
     broker_url: str
     admin_key: str
     secret_key: str
-    providers: Mapping[Channel, str]
+    # Each channel's providers in failover order: the first whose circuit is closed is used.
+    chains: Mapping[Channel, tuple[str, ...]]
     max_attempts: Mapping[Channel, int] = field(default_factory=dict)
     # Messages per second each provider may take, shared by every worker; None: no limit.
     rates: Mapping[str, float | None] = field(default_factory=dict)
@@ -47,13 +65,27 @@ class Settings:
     flower_port: int = 5555
     var_dir: Path = Path("var")
     visibility_timeout: int = 3600
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    # Where providers reach this API from outside (proxies hide it); the Twilio signature covers it.
+    public_url: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def providers(self) -> dict[Channel, str]:
+        """The primary provider of each channel."""
+        return {channel: chain[0] for channel, chain in self.chains.items()}
+
+    @property
+    def chained_providers(self) -> set[str]:
+        """Every provider of every channel's chain: traffic may move to any of them."""
+        return {provider for chain in self.chains.values() for provider in chain}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if environ is None else environ)
         redis_url = _url(env, "REDIS_URL", ("redis", "rediss", "unix"))
-        providers = {channel: _provider(env, channel) for channel in DELIVERING_CHANNELS}
+        chains = {channel: _chain(env, channel) for channel in DELIVERING_CHANNELS}
+        _check_receivers(env)
         default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
         return cls(
             database_url=_database_url(env),
@@ -61,12 +93,12 @@ class Settings:
             broker_url=_url(env, "CELERY_BROKER_URL", ("redis", "rediss", "amqp", "amqps"), redis_url),
             admin_key=_secret(env, "TIDINGS_ADMIN_KEY"),
             secret_key=_secret(env, "TIDINGS_SECRET_KEY"),
-            providers=providers,
+            chains=chains,
             max_attempts={
                 channel: _int(env, f"{channel.upper()}_MAX_ATTEMPTS", default_attempts, minimum=1)
                 for channel in DELIVERING_CHANNELS
             },
-            rates=_rates(env, providers),
+            rates=_rates(env, chains),
             retry_delay_scale=_float(env, "RETRY_DELAY_SCALE", 1.0, minimum=0.001),
             claim_timeout=_int(env, "CLAIM_TIMEOUT_SECONDS", 600, minimum=1),
             stalled_after=_int(env, "STALLED_AFTER_SECONDS", 60, minimum=1),
@@ -76,6 +108,14 @@ class Settings:
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
             var_dir=Path(env.get("TIDINGS_VAR_DIR", "var")),
             visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=MAX_COUNTDOWN + 60),
+            breaker=BreakerPolicy(
+                failures=_int(env, "BREAKER_FAILURES", 5, minimum=1),
+                error_rate=_float(env, "BREAKER_ERROR_RATE", 0.5, minimum=0.01, maximum=1.0),
+                min_volume=_int(env, "BREAKER_MIN_VOLUME", 20, minimum=1),
+                window=_float(env, "BREAKER_WINDOW_SECONDS", 60.0, minimum=1.0),
+                cooldown=_float(env, "BREAKER_COOLDOWN_SECONDS", 30.0, minimum=0.1),
+            ),
+            public_url=_optional_url(env, "TIDINGS_PUBLIC_URL", ("http", "https")),
             environ=env,
         )
 
@@ -96,6 +136,10 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...], default: s
         expected = ", ".join(f"{s}://" for s in schemes)
         raise ConfigError(f"{name} must start with one of {expected}; got {value!r}")
     return value
+
+
+def _optional_url(env: Mapping[str, str], name: str, schemes: tuple[str, ...]) -> str | None:
+    return _url(env, name, schemes).rstrip("/") if env.get(name, "").strip() else None
 
 
 def database_url_from_env(environ: Mapping[str, str] | None = None) -> str:
@@ -130,7 +174,7 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum:
     return value
 
 
-def _float(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float, maximum: float | None = None) -> float:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -140,28 +184,47 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float) ->
         raise ConfigError(f"{name} must be a number; got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}; got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}; got {value}")
     return value
 
 
-def _rates(env: Mapping[str, str], providers: Mapping[Channel, str]) -> dict[str, float | None]:
+def _rates(env: Mapping[str, str], chains: Mapping[Channel, tuple[str, ...]]) -> dict[str, float | None]:
     """Each provider's pace: `<PROVIDER>_RATE_PER_SEC`, else `<CHANNEL>_RATE_PER_SEC` of its channel."""
     rates: dict[str, float | None] = {}
-    for channel, provider in providers.items():
-        for name in (f"{provider.upper()}_RATE_PER_SEC", f"{channel.upper()}_RATE_PER_SEC"):
-            if env.get(name, "").strip():
-                rates.setdefault(provider, _float(env, name, 0.0, minimum=0.01))
-                break
+    for channel, chain in chains.items():
+        for provider in chain:
+            for name in (f"{provider.upper()}_RATE_PER_SEC", f"{channel.upper()}_RATE_PER_SEC"):
+                if env.get(name, "").strip():
+                    rates.setdefault(provider, _float(env, name, 0.0, minimum=0.01))
+                    break
     return rates
 
 
-def _provider(env: Mapping[str, str], channel: Channel) -> str:
+def _chain(env: Mapping[str, str], channel: Channel) -> tuple[str, ...]:
+    """`EMAIL_PROVIDER=postmark,ses`: the channel's providers in failover order, each built once
+    here so a missing setting stops start-up rather than the first send."""
     name = f"{channel.upper()}_PROVIDER"
-    value = env.get(name, "log").strip() or "log"
+    raw = env.get(name, "log").strip() or "log"
+    chain = tuple(value.strip() for value in raw.split(","))
+    if "" in chain or len(set(chain)) != len(chain):
+        raise ConfigError(f"{name} must list providers separated by commas, each once; got {raw!r}")
     fitting = [p for p in registry.names() if channel.value in registry.PROVIDERS[p].channels]
-    if value not in fitting:
-        raise ConfigError(f"{name} must be one of {', '.join(fitting)}; got {value!r}")
-    try:
-        registry.build(value, env)
-    except ValueError as error:
-        raise ConfigError(f"{name}={value}: {error}") from None
-    return value
+    for value in chain:
+        if value not in fitting:
+            raise ConfigError(f"{name} must be one of {', '.join(fitting)}; got {value!r}")
+        try:
+            registry.build(value, env)
+        except ValueError as error:
+            raise ConfigError(f"{name}={value}: {error}") from None
+    return chain
+
+
+def _check_receivers(env: Mapping[str, str]) -> None:
+    """A malformed status webhook setting (a secret without whsec_, a key that is no key)
+    stops start-up, rather than every webhook of that provider being refused later."""
+    for name in inbound.RECEIVERS:
+        try:
+            inbound.build(name, env)
+        except ValueError as error:
+            raise ConfigError(f"{name} status webhooks: {error}") from None

@@ -22,6 +22,10 @@ COUNTERS = {
     "sweeper_recovered": "Messages the sweeper picked up again, by what had happened to them.",
     "provider_pauses": "Times a provider was paused, by provider and cause.",
     "pacing_postponed": "Messages sent back to the broker to wait for a provider's pace, by provider.",
+    "breaker_transitions": "Times a provider's circuit breaker changed state, by provider and the state entered.",
+    "failover_handovers": "Messages handed from a provider whose circuit is open to the next of its channel.",
+    "delivery_follow_ups": "Suppressions added and push tokens removed on a provider's answer, by provider.",
+    "inbound_events": "Provider status events received, by provider and what became of them.",
 }
 
 

@@ -148,7 +148,7 @@ def _print_banner(url: str, settings: Settings, demo_key: str) -> None:
 Tidings is ready at {url}  (API docs: {url}/docs, Flower: http://{settings.host}:{settings.flower_port})
   admin key:        {settings.admin_key}
   demo project key: {demo_key}
-  providers:        {", ".join(f"{c}={p}" for c, p in settings.providers.items())}
+  providers:        {", ".join(f"{c}={','.join(chain)}" for c, chain in settings.chains.items())}
 
 Send a first notification:
   curl -s {url}/v1/messages -H 'Authorization: Bearer {demo_key}' \\

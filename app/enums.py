@@ -60,6 +60,7 @@ class EventType(StrEnum):
     COMPLAINED = "complained"
     OPENED = "opened"
     CLICKED = "clicked"
+    UNSUBSCRIBED = "unsubscribed"
     FAILED = "failed"
     RETRYING = "retrying"
     DEAD = "dead"
@@ -68,6 +69,14 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
     UNKNOWN = "unknown"
+
+
+class CircuitState(StrEnum):
+    """A provider's circuit breaker: closed (in use), open (skipped), half-open (one probe may go)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
 
 
 class SuppressionReason(StrEnum):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from flask import Flask, request
 from flask_smorest import Api
@@ -60,10 +61,22 @@ def uuid_or_404(value: str, what: str) -> uuid.UUID:
         abort(404, f"No {what} {value!r}.")
 
 
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def any_body(view: View) -> View:
+    """Mark a route that reads its body itself, whatever its type: providers post their
+    webhooks as JSON, forms (Twilio) or text/plain (SNS), and sign the bytes as sent."""
+    view.any_body = True  # type: ignore[attr-defined]
+    return view
+
+
 def install(app: Flask, api: TidingsApi) -> None:
     @app.before_request
     def require_json_body() -> None:
         """A body we cannot read as JSON is a 415, not an empty request."""
+        if getattr(app.view_functions.get(request.endpoint or ""), "any_body", False):
+            return
         if request.method in ("POST", "PUT", "PATCH") and request.content_length and not request.is_json:
             raise UnsupportedMediaType("Send the request body as application/json.")
 

@@ -120,6 +120,13 @@ class Message(Base):
             "subscriber_id",
             postgresql_where=text("subscriber_id IS NOT NULL"),
         ),
+        # Provider status webhooks name the message by the provider's id for it.
+        Index(
+            "ix_messages_provider_message_id",
+            "provider",
+            "provider_message_id",
+            postgresql_where=text("provider_message_id IS NOT NULL"),
+        ),
         Index(
             "ix_messages_active",
             "status",
@@ -241,3 +248,34 @@ class Suppression(Base):
     expires_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class ProjectProvider(Base):
+    """A project's own account with a provider (bring your own account).
+
+    The settings (the provider's environment variable names → values) are sealed with a key
+    derived from TIDINGS_SECRET_KEY (app/vault.py): a database dump alone reveals no
+    credentials. `updated_at` is what workers compare to know their cached adapter is stale.
+    """
+
+    __tablename__ = "project_providers"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(32), primary_key=True)
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class InboundReceipt(Base):
+    """A provider status event already applied: a webhook replayed with the same event is a no-op.
+
+    `source` is the provider, with `@project` for a project's own account; `key` is the
+    provider's event id, or a digest of the event where the provider gives none.
+    """
+
+    __tablename__ = "inbound_receipts"
+
+    source: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True)

@@ -19,7 +19,6 @@ Compiled versions are cached per (project, key, version, locale): versions never
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -344,8 +343,9 @@ def pick_locale(available: Iterable[str], wanted: Sequence[str | None], default:
 def as_content(channel: Channel, rendered: Mapping[str, Any]) -> dict[str, Any]:
     """Rendered fields → message_contents columns, the shape deliver's claim reads.
 
-    Push keeps its title in `subject` and body in `text`, as inline push content does; a
-    webhook's JSON goes out as the `text` of the request body.
+    Push keeps its title in `subject` and body in `text`, as inline push content does; its
+    data, and a webhook's JSON, go in `payload`, which deliver hands the adapter as the
+    push data or the webhook's body.
     """
     if channel is Channel.PUSH:
         return {
@@ -354,7 +354,7 @@ def as_content(channel: Channel, rendered: Mapping[str, Any]) -> dict[str, Any]:
             "payload": rendered.get("data"),
         }
     if channel is Channel.WEBHOOK:
-        return {"text": json.dumps(rendered.get("payload"), ensure_ascii=False)}
+        return {"payload": rendered.get("payload")}
     return {"subject": rendered.get("subject"), "text": rendered.get("text"), "html": rendered.get("html")}
 
 

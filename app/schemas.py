@@ -279,10 +279,51 @@ class PauseSchema(Schema):
     reason = fields.String(load_default="paused by an operator", validate=validate.Length(1, 200))
 
 
+class ProviderAccountInputSchema(Schema):
+    settings = fields.Dict(
+        keys=fields.String(validate=validate.Length(1, 64)),
+        values=fields.String(validate=validate.Length(1, 16 * 1024)),
+        required=True,
+        validate=validate.Length(min=1, error="Give at least one setting."),
+        metadata={
+            "description": "The provider's settings under their environment variable names, "
+            'e.g. {"POSTMARK_SERVER_TOKEN": "…", "EMAIL_FROM": "…"}. Replaced whole; never answered.'
+        },
+    )
+
+
+class ProviderAccountSchema(Schema):
+    provider = fields.String()
+    keys = fields.List(fields.String(), metadata={"description": "Which settings are set (never their values)."})
+    readable = fields.Boolean(
+        metadata={"description": "false: sealed under another TIDINGS_SECRET_KEY; set them again."}
+    )
+    created_at = fields.DateTime()
+    updated_at = fields.DateTime()
+    paused = fields.Boolean(metadata={"description": "Paused for this project's account alone."})
+    paused_reason = fields.String(allow_none=True)
+    paused_seconds_left = fields.Float(allow_none=True)
+
+
+class InboundAnswerSchema(Schema):
+    received = fields.Integer(metadata={"description": "Events in the request."})
+    applied = fields.Integer(metadata={"description": "Events recorded on their message."})
+    duplicates = fields.Integer(metadata={"description": "Events received before: no-ops."})
+    unmatched = fields.Integer(metadata={"description": "Events naming no message this provider sent for us."})
+
+
 class ProviderStateSchema(Schema):
     name = fields.String()
-    channels = fields.List(fields.String())
+    channels = fields.List(fields.String(), metadata={"description": "Channels whose failover order lists it."})
+    primary_for = fields.List(fields.String(), metadata={"description": "Channels it is the first choice of."})
     rate_per_sec = fields.Float(allow_none=True)
     paused = fields.Boolean()
     paused_reason = fields.String(allow_none=True)
     paused_seconds_left = fields.Float(allow_none=True, metadata={"description": "null: until resumed"})
+    breaker = fields.String(
+        metadata={
+            "description": "closed: in use; open: skipped for the next of the channel; half_open: one probe may go"
+        }
+    )
+    breaker_failures = fields.Integer(metadata={"description": "Batches in a row that failed, while closed."})
+    breaker_seconds_left = fields.Float(allow_none=True, metadata={"description": "Until a probe may go, while open."})

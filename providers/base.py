@@ -23,6 +23,11 @@ from urllib3.exceptions import ProtocolError
 logger = logging.getLogger(__name__)
 
 
+# The name under which our message id travels in a provider's metadata (tags, custom args):
+# the provider echoes it in its status webhooks, which is how they find the message.
+MESSAGE_ID_TAG = "tidings_message_id"
+
+
 class Outcome(StrEnum):
     """What the engine does with one message after a provider call."""
 
@@ -45,6 +50,7 @@ class ProviderError(Exception):
     # True when every other message would meet the same fate now: stop sending the batch.
     provider_wide: ClassVar[bool] = False
     suppress: ClassVar[bool] = False
+    suppress_reason: ClassVar[str | None] = None  # bounce, complaint, unsubscribe
     invalid_token: ClassVar[bool] = False
     retry_after: float | None = None
     # The provider's answer, when there was one: kept for adapters that read more from it.
@@ -90,10 +96,19 @@ class PermanentError(ProviderError):
 
 
 class SuppressRecipient(PermanentError):
-    """The provider says this recipient must not be sent to again (inactive, unsubscribed):
-    fail the message and add the address to the project's suppression list."""
+    """The provider says this recipient must not be sent to again (inactive, bounced):
+    fail the message and add the address to the project's suppression list, as a bounce
+    unless the provider says more.
+    """
 
     suppress = True
+    suppress_reason = "bounce"
+
+
+class Unsubscribed(SuppressRecipient):
+    """The recipient asked not to be contacted (an SMS STOP): suppressed as an unsubscribe."""
+
+    suppress_reason = "unsubscribe"
 
 
 class InvalidToken(PermanentError):
@@ -163,8 +178,9 @@ class SendResult:
     outcome: Outcome
     provider_message_id: str | None = None
     error: str | None = None
-    # Add the recipient's address to the suppression list (with a PERMANENT outcome).
+    # Add the recipient's address to the suppression list (with a PERMANENT outcome), and why.
     suppress: bool = False
+    suppress_reason: str | None = None
     # Remove the push token from its subscriber (with a PERMANENT outcome).
     invalid_token: bool = False
     # How long to pause the provider (with a RATE_LIMITED outcome).
@@ -178,6 +194,7 @@ class SendResult:
             error.outcome,
             error=str(error),
             suppress=error.suppress,
+            suppress_reason=error.suppress_reason,
             invalid_token=error.invalid_token,
             retry_after=error.retry_after,
         )
@@ -192,6 +209,9 @@ class Provider(Protocol):
     # True when the provider de-duplicates on our message id (an idempotency key): a send
     # interrupted mid-call may then be retried without risk of a second delivery.
     idempotent: bool
+    # The settings that make up an account with the provider (credentials, sender): what a
+    # project may bring as its own. Addresses, timeouts and network rules stay the deployment's.
+    account_settings: ClassVar[tuple[str, ...]]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:

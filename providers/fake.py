@@ -6,6 +6,9 @@ message, 429 with Retry-After, 5xx.
 
     POST {url}/messages  {"messages": [{"id", "channel", "to", "subject", "text", "html"}]}
     200 {"results": [{"id": "...", "status": "accepted" | "rejected", "provider_id", "error"}]}
+
+`fake2` is the same adapter under a second name with its own URL (`FAKE2_PROVIDER_URL`),
+so failover from one provider to another can be tested and load-tested on one machine.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ class FakeProvider:
     name: ClassVar[str] = "fake"
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
     max_batch: ClassVar[int] = 100
+    # The prefix of its settings: {prefix}_PROVIDER_URL, _TIMEOUT, _IDEMPOTENT.
+    prefix: ClassVar[str] = "FAKE"
+    account_settings: ClassVar[tuple[str, ...]] = ("FAKE_PROVIDER_URL",)
 
     def __init__(self, url: str, timeout: float = 10.0, idempotent: bool = True):
         self.client = HttpClient(url, timeout=timeout)
@@ -28,13 +34,13 @@ class FakeProvider:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
-        url = env.get("FAKE_PROVIDER_URL", "").strip()
+        url = env.get(f"{cls.prefix}_PROVIDER_URL", "").strip()
         if not url:
-            raise ValueError("FAKE_PROVIDER_URL is not set")
+            raise ValueError(f"{cls.prefix}_PROVIDER_URL is not set")
         return cls(
             url,
-            timeout=float(env.get("FAKE_PROVIDER_TIMEOUT", "10")),
-            idempotent=env.get("FAKE_PROVIDER_IDEMPOTENT", "true").lower() != "false",
+            timeout=float(env.get(f"{cls.prefix}_PROVIDER_TIMEOUT", "10")),
+            idempotent=env.get(f"{cls.prefix}_PROVIDER_IDEMPOTENT", "true").lower() != "false",
         )
 
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
@@ -62,3 +68,11 @@ class FakeProvider:
         if item.get("status") == "accepted":
             return SendResult(message_id, Outcome.SENT, provider_message_id=item.get("provider_id"))
         return SendResult(message_id, Outcome.PERMANENT, error=item.get("error") or "rejected")
+
+
+class SecondFakeProvider(FakeProvider):
+    """`fake` under a second name, on its own URL: the other end of a failover."""
+
+    name: ClassVar[str] = "fake2"
+    prefix: ClassVar[str] = "FAKE2"
+    account_settings: ClassVar[tuple[str, ...]] = ("FAKE2_PROVIDER_URL",)

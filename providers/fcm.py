@@ -74,11 +74,32 @@ def string_values(data: Mapping[str, Any]) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in data.items()}
 
 
+def service_account_info(env: Mapping[str, str]) -> dict[str, Any]:
+    """The key as text (a project's own account, stored with its settings) or as a file."""
+    text = env.get("FCM_CREDENTIALS_JSON", "").strip()
+    if text:
+        try:
+            account = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"FCM_CREDENTIALS_JSON is not JSON: {error}") from None
+        if not isinstance(account, dict):
+            raise ValueError("FCM_CREDENTIALS_JSON must be a service account's JSON object")
+        return account
+    path = required(env, "FCM_CREDENTIALS")
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"FCM_CREDENTIALS: cannot read a service account from {path}: {error}") from None
+
+
 class FcmProvider:
     name: ClassVar[str] = "fcm"
     channels: ClassVar[frozenset[str]] = frozenset({"push"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = False  # FCM v1 has no idempotency key
+    # A project brings its service account as JSON text: FCM_CREDENTIALS is a path on the worker.
+    account_settings: ClassVar[tuple[str, ...]] = ("FCM_CREDENTIALS_JSON", "FCM_PROJECT_ID")
 
     def __init__(self, account: Mapping[str, Any], project_id: str, env: Mapping[str, str]):
         credentials = service_account.Credentials.from_service_account_info(account, scopes=[SCOPE])
@@ -93,15 +114,11 @@ class FcmProvider:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
-        """FCM_CREDENTIALS is the service account's JSON key file; FCM_PROJECT_ID overrides its project."""
+        """The service account's JSON key: the file FCM_CREDENTIALS names, or the text of
+        FCM_CREDENTIALS_JSON; FCM_PROJECT_ID overrides its project."""
         if service_account is None:
             raise ValueError("the fcm provider needs google-auth: pip install 'tidings[fcm]'")
-        path = required(env, "FCM_CREDENTIALS")
-        try:
-            with open(path, encoding="utf-8") as file:
-                account = json.load(file)
-        except (OSError, ValueError) as error:
-            raise ValueError(f"FCM_CREDENTIALS: cannot read a service account from {path}: {error}") from None
+        account = service_account_info(env)
         project_id = env.get("FCM_PROJECT_ID", "").strip() or account.get("project_id")
         if not project_id:
             raise ValueError("FCM_PROJECT_ID is not set (and the service account names no project_id)")

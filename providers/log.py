@@ -24,6 +24,7 @@ class LogProvider:
     max_batch: ClassVar[int] = 500
     idempotent: bool = True  # it sends nothing, so sending again is harmless
     attachments: ClassVar[bool] = True  # recorded with the rest of the message
+    account_settings: ClassVar[tuple[str, ...]] = ()
 
     # What this process would have sent, newest last; bounded so a long run cannot grow it.
     record: ClassVar[deque[Outbound]] = deque(maxlen=100_000)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -71,6 +72,7 @@ class PostmarkProvider:
     max_batch: ClassVar[int] = 500
     idempotent: bool = False  # Postmark takes no idempotency key
     attachments: ClassVar[bool] = True
+    account_settings: ClassVar[tuple[str, ...]] = ("POSTMARK_SERVER_TOKEN", "EMAIL_FROM", "POSTMARK_MESSAGE_STREAM")
 
     def __init__(self, token: str, sender: str, stream: str, env: Mapping[str, str]):
         self.sender = sender
@@ -136,7 +138,7 @@ class PostmarkProvider:
             "To": message.to,
             "Subject": message.subject or "",
             "MessageStream": self.stream,
-            "Metadata": {"tidings_message_id": message.message_id},
+            "Metadata": {MESSAGE_ID_TAG: message.message_id},
         }
         optional = {
             "TextBody": message.text,

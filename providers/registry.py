@@ -1,12 +1,13 @@
-"""Provider names → adapter classes; configuration picks one per channel by name."""
+"""Provider names → adapter classes; configuration picks them per channel by name."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from providers.base import Provider
-from providers.fake import FakeProvider
+from providers.fake import FakeProvider, SecondFakeProvider
 from providers.fcm import FcmProvider
+from providers.inbound.registry import RECEIVERS
 from providers.log import LogProvider
 from providers.postmark import PostmarkProvider
 from providers.resend import ResendProvider
@@ -21,6 +22,7 @@ PROVIDERS: dict[str, type[Provider]] = {
     for cls in (
         LogProvider,
         FakeProvider,
+        SecondFakeProvider,
         SmtpProvider,
         ResendProvider,
         PostmarkProvider,
@@ -49,3 +51,22 @@ def carries_attachments(name: str) -> bool:
     sent without them.
     """
     return getattr(PROVIDERS[name], "attachments", False)
+
+
+def account_settings(name: str) -> tuple[str, ...]:
+    """What a project may bring for its own account with `name`: the adapter's account
+    settings, and those of the receiver of its status webhooks."""
+    receiver = RECEIVERS.get(name)
+    own = PROVIDERS[name].account_settings
+    return own + tuple(s for s in (receiver.settings if receiver else ()) if s not in own)
+
+
+def with_account(env: Mapping[str, str], name: str, account: Mapping[str, str]) -> dict[str, str]:
+    """The settings to build `name`'s adapter or receiver from for a project's own account.
+
+    Every account setting is the project's or absent, never the deployment's: a project's
+    token must not go out with the deployment's sender, nor a missing token be filled in
+    with the deployment's. Everything else (base URL, timeouts) is the deployment's.
+    """
+    names = account_settings(name)
+    return {**{k: v for k, v in env.items() if k not in names}, **account}

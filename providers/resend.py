@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -65,6 +66,7 @@ class ResendProvider:
     # the key protects a repeated request, not a message, so recovery must not rely on it.
     idempotent: bool = False
     attachments: ClassVar[bool] = True
+    account_settings: ClassVar[tuple[str, ...]] = ("RESEND_API_KEY", "EMAIL_FROM")
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender
@@ -122,7 +124,7 @@ class ResendProvider:
             "to": [message.to],
             "subject": message.subject or "",
             # A tag carries our id into Resend's webhooks, so events find their message.
-            "tags": [{"name": "tidings_message_id", "value": message.message_id}],
+            "tags": [{"name": MESSAGE_ID_TAG, "value": message.message_id}],
         }
         optional = {
             "text": message.text,

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     Outbound,
     Outcome,
     PermanentError,
@@ -65,6 +66,7 @@ class SendGridProvider:
     max_batch: ClassVar[int] = 1000
     idempotent: bool = False  # SendGrid takes no idempotency key
     attachments: ClassVar[bool] = True
+    account_settings: ClassVar[tuple[str, ...]] = ("SENDGRID_API_KEY", "EMAIL_FROM")
 
     def __init__(self, api_key: str, sender: str, env: Mapping[str, str]):
         self.sender = sender
@@ -129,7 +131,7 @@ class SendGridProvider:
             "to": [{"email": message.to}],
             "subject": message.subject or "",
             # custom_args come back in SendGrid's event webhooks, so events find their message.
-            "custom_args": {"tidings_message_id": message.message_id},
+            "custom_args": {MESSAGE_ID_TAG: message.message_id},
         }
         if message.headers:
             personalization["headers"] = dict(message.headers)

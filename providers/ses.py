@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from providers.base import (
+    MESSAGE_ID_TAG,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -97,6 +98,14 @@ class SesProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = False  # SES takes no idempotency key
+    account_settings: ClassVar[tuple[str, ...]] = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "SES_REGION",
+        "SES_CONFIGURATION_SET",
+        "EMAIL_FROM",
+    )
 
     def __init__(self, env: Mapping[str, str]):
         # SES_REGION, else the region the rest of the AWS tooling uses.
@@ -149,7 +158,7 @@ class SesProvider:
             "Destination": {"ToAddresses": [message.to]},
             "Content": {"Simple": simple},
             # A tag carries our id into SES event publishing, so events find their message.
-            "EmailTags": [{"Name": "tidings_message_id", "Value": message.message_id}],
+            "EmailTags": [{"Name": MESSAGE_ID_TAG, "Value": message.message_id}],
         }
         if message.reply_to:
             request["ReplyToAddresses"] = [message.reply_to]

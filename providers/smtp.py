@@ -76,6 +76,15 @@ class SmtpProvider:
     max_batch: ClassVar[int] = 50
     idempotent: bool = False  # SMTP has no idempotency key
     attachments: ClassVar[bool] = True
+    # A project's own relay; the CA file stays the deployment's (a path on the worker).
+    account_settings: ClassVar[tuple[str, ...]] = (
+        "SMTP_HOST",
+        "SMTP_PORT",
+        "SMTP_SECURITY",
+        "SMTP_USERNAME",
+        "SMTP_PASSWORD",
+        "EMAIL_FROM",
+    )
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from providers.base import (
     ProviderError,
     RateLimited,
     SendResult,
-    SuppressRecipient,
+    Unsubscribed,
     error_for_status,
     error_from_table,
     http_client,
@@ -40,7 +40,7 @@ ERRORS: Mapping[int, type[ProviderError]] = {
     21602: PermanentError,  # message body is required
     21606: ConfigurationError,  # 'From' is not a valid message-capable Twilio number
     21608: PermanentError,  # trial accounts may only send to verified numbers
-    21610: SuppressRecipient,  # the recipient replied STOP
+    21610: Unsubscribed,  # the recipient replied STOP
     21611: RateLimited,  # the 'From' number's queue is full
     21612: PermanentError,  # 'To' is not reachable by SMS
     21614: PermanentError,  # 'To' is not a mobile number
@@ -60,6 +60,12 @@ class TwilioProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"sms"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = False  # Twilio takes no idempotency key
+    account_settings: ClassVar[tuple[str, ...]] = (
+        "TWILIO_ACCOUNT_SID",
+        "TWILIO_AUTH_TOKEN",
+        "TWILIO_FROM",
+        "TWILIO_MESSAGING_SERVICE_SID",
+    )
 
     def __init__(self, account_sid: str, auth_token: str, sender: dict[str, str], env: Mapping[str, str]):
         self.path = f"/2010-04-01/Accounts/{account_sid}/Messages.json"

@@ -1,8 +1,8 @@
 """Webhook (webhook channel): POST the message's JSON to its URL, signed as Standard Webhooks.
 
 Headers `webhook-id` (our message id, the same on every retry so the receiver can
-deduplicate), `webhook-timestamp` and `webhook-signature` (`v1,` + base64 HMAC-SHA256 of
-`{id}.{timestamp}.{body}` under the `whsec_` secret), as standardwebhooks.com specifies.
+deduplicate), `webhook-timestamp` and `webhook-signature` (providers/signing.py), as
+standardwebhooks.com specifies.
 
 The URL comes from whoever sends the notification, so the request must not become a way
 into our own network (SSRF): the address actually connected to is checked on every new
@@ -13,9 +13,6 @@ in WEBHOOK_ALLOWED_NETWORKS (an internal service, or tests on 127.0.0.1).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import ipaddress
 import json
 import time
@@ -27,6 +24,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from providers import signing
 from providers.base import (
     HttpClient,
     Outbound,
@@ -121,14 +119,10 @@ class WebhookProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"webhook"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = True  # webhook-id is our message id: receivers de-duplicate on it
+    account_settings: ClassVar[tuple[str, ...]] = ("WEBHOOK_SIGNING_SECRET",)
 
     def __init__(self, secret: str, allowed: Sequence[Network], timeout: float):
-        if not secret.startswith("whsec_"):
-            raise ValueError("WEBHOOK_SIGNING_SECRET must start with whsec_")
-        try:
-            self.key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-        except ValueError:
-            raise ValueError("WEBHOOK_SIGNING_SECRET must be whsec_ followed by base64") from None
+        self.key = signing.secret_key(secret, "WEBHOOK_SIGNING_SECRET")
         session = requests.Session()
         session.trust_env = False  # a proxy from the environment would hide the real target
         session.mount("http://", GuardedAdapter(allowed))
@@ -159,13 +153,11 @@ class WebhookProvider:
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
         timestamp = str(int(time.time()))
-        signed = f"{message.message_id}.{timestamp}.{body}".encode()
-        signature = base64.b64encode(hmac.new(self.key, signed, hashlib.sha256).digest()).decode()
         return {
             "Content-Type": "application/json",
             "webhook-id": message.message_id,
             "webhook-timestamp": timestamp,
-            "webhook-signature": f"v1,{signature}",
+            "webhook-signature": signing.sign(self.key, message.message_id, timestamp, body.encode()),
         }
 
 

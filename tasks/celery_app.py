@@ -71,8 +71,9 @@ def settings() -> Settings:
 
 
 def active_providers(settings: Settings) -> list[str]:
-    """Providers this deployment routes to: the configured ones, and `log` for test keys."""
-    return sorted({*settings.providers.values(), "log"})
+    """Providers this deployment routes to: every one of every channel's failover chain
+    (traffic may move to any of them), and `log` for test keys."""
+    return sorted(settings.chained_providers | {"log"})
 
 
 def all_queues(settings: Settings) -> list[str]:

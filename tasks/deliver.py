@@ -1,31 +1,33 @@
-"""Deliver: wait out pauses and the provider's pace, claim, send in the adapter's batch
-size, and finalise every message of the batch in one statement."""
+"""Deliver: wait out pauses and the provider's pace, let its circuit breaker decide, claim,
+send in the adapter's batch size (per account), and finalise the batch in one statement."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 
+import redis
 from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings
 from app.counters import increment
 from app.db import enqueue_after_commit, session_scope
-from app.enums import Channel, EventType, MessageStatus, Priority
+from app.enums import Priority
 from app.redis_client import redis_for
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, dispatch, store
-from tasks.adapters import provider_instance
+from tasks import adapters, attachments, dispatch, failover, follow_ups, store
+from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
+from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
 from tasks.pacing import ProviderPacer
 from tasks.pauses import ProviderPauses
-from tasks.retry import backoff
 
 logger = logging.getLogger(__name__)
+
+# A misconfigured account needs a person; meanwhile the provider is retried this often.
+CONFIGURATION_PAUSE_SECONDS = 300
 
 
 @celery_app.task(name="tidings.deliver")
@@ -33,8 +35,9 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     """Send the ready messages among `ids` through `provider`.
 
     A paused provider or an exhausted pace sends the messages back to the broker with a
-    countdown; neither uses an attempt. The database session is closed during the
-    provider call, so a slow provider holds no connection and no row lock.
+    countdown; neither uses an attempt. An open circuit hands them to the next provider of
+    their channel. The database session is closed during the provider call, so a slow
+    provider holds no connection and no row lock.
     """
     config = settings()
     client = redis_for(config.redis_url)
@@ -42,32 +45,72 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     if paused_for is not None:
         postpone(config, provider, priority, ids, paused_for)
         return
+    admitted = failover.admit(config, client, provider, priority, ids)
+    runs: list[tuple[Sequence[Row], SendRun]] = []
+    try:
+        runs = send(config, client, provider, priority, admitted.ids)
+    finally:
+        # Once per batch, and always for a probe: it must give its place back whatever happened.
+        if runs or admitted.probe:
+            tallies = [run.tally() for _, run in runs]
+            ok, failed = sum(t[0] for t in tallies), sum(t[1] for t in tallies)
+            entered = CircuitBreakers(client, config.breaker).record(provider, ok, failed, admitted.probe)
+            if entered is not None:
+                logger.warning("circuit of provider %s is now %s", provider, entered.value)
+                increment(client, "breaker_transitions", provider=provider, state=entered.value)
+
+
+def send(
+    config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str]
+) -> list[tuple[Sequence[Row], SendRun]]:
+    """Pace, claim, send and finalise; what each account of the provider said."""
     rate = config.rates.get(provider)
-    if rate is not None:
+    if rate is not None and ids:
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
             postpone(config, provider, priority, ids[grant.granted :], grant.wait_seconds)
             increment(client, "pacing_postponed", len(ids) - grant.granted, provider=provider)
         ids = ids[: grant.granted]
     if not ids:
-        return
+        return []
     with session_scope(config.database_url) as session:
         claimed = store.claim(session, provider, ids)
         files = attachments.load(session, claimed)
     if not claimed:
-        return
-    run = send_all(provider_instance(provider), claimed, files)
-    if run.pause is not None:
-        seconds, cause, reason = run.pause
-        ProviderPauses(client).pause(provider, seconds, reason)
-        increment(client, "provider_pauses", provider=provider, cause=cause)
-    outcomes = decide_all(config, run, claimed)
+        return []
+    runs = send_by_account(config, client, provider, claimed, files)
+    outcomes = decide_all(config, runs)
+    rows = {row.id: row for row in claimed}
     with session_scope(config.database_url) as session:
         store.finalise(session, outcomes)
-        store.record_events(session, events_for(outcomes, claimed))
+        applied = follow_ups.apply(session, [r for _, run in runs for r in run.results], rows)
+        store.record_events(session, events_for(outcomes, rows, applied))
         for countdown, group in waiting_groups(outcomes):
             for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                 enqueue_after_commit(session, signature)
+    for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
+        increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
+    return runs
+
+
+def send_by_account(
+    config: Settings, client: redis.Redis, provider: str, claimed: Sequence[Row], files: Mapping[str, Attachment]
+) -> list[tuple[Sequence[Row], SendRun]]:
+    """Send each account's messages through its adapter; a pause applies to that account only."""
+    pauses = ProviderPauses(client)
+    runs: list[tuple[Sequence[Row], SendRun]] = []
+    for account, rows in adapters.accounts_for(config, provider, claimed):
+        paused_for = pauses.seconds_left(account.scope) if account.own else None
+        if paused_for is not None:
+            run = SendRun(unsent=list(rows), paused_for=paused_for)
+        else:
+            run = send_all(account.adapter, rows, files)
+        if run.pause is not None:
+            seconds, cause, reason = run.pause
+            pauses.pause(account.scope, seconds, reason)
+            increment(client, "provider_pauses", provider=provider, cause=cause)
+        runs.append((rows, run))
+    return runs
 
 
 def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float) -> None:
@@ -77,21 +120,6 @@ def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str],
         store.expect_ready_by(session, ids, countdown)
         for signature in dispatch.deliver(provider, priority, ids, countdown):
             enqueue_after_commit(session, signature)
-
-
-# Outcomes that concern the provider rather than the message: stop, pause, keep the attempt.
-PROVIDER_WIDE = (Outcome.RATE_LIMITED, Outcome.CONFIGURATION)
-# A misconfigured account needs a person; meanwhile the provider is retried this often.
-CONFIGURATION_PAUSE_SECONDS = 300
-
-
-@dataclass
-class SendRun:
-    """What the provider said: a result per message tried, what a pause stopped, and the pause."""
-
-    results: list[SendResult] = field(default_factory=list)
-    unsent: list[Row] = field(default_factory=list)
-    pause: tuple[float, str, str] | None = None  # seconds, cause, reason
 
 
 def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Attachment]) -> SendRun:
@@ -135,89 +163,9 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         text=row.text,
         html=row.html,
         metadata=row.metadata or {},
+        data=row.payload,
         reply_to=row.reply_to,
         headers=row.headers or {},
         cc=row.cc,
         attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
     )
-
-
-def decide_all(config: Settings, run: SendRun, claimed: Sequence[Row]) -> list[store.Finalised]:
-    """Every claimed message's next status; a provider-wide stop gives the attempt back."""
-    by_id = {row.id: row for row in claimed}
-    ready_at = None
-    if run.pause is not None:
-        ready_at = datetime.now(UTC) + timedelta(seconds=min(run.pause[0], MAX_COUNTDOWN))
-    outcomes = [
-        decide(result, by_id[result.message_id], config, ready_at)
-        for result in run.results
-        if result.message_id in by_id
-    ]
-    outcomes += [
-        store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
-        for row in run.unsent
-    ]
-    return align_short_retries(outcomes)
-
-
-def decide(result: SendResult, row: Row, config: Settings, ready_at: datetime | None) -> store.Finalised:
-    """Turn a provider's answer into the message's next status."""
-    if result.outcome is Outcome.SENT:
-        return store.Finalised(row.id, MessageStatus.SENT, provider_message_id=result.provider_message_id)
-    if result.outcome is Outcome.PERMANENT:
-        return store.Finalised(row.id, MessageStatus.FAILED, error=result.error)
-    if result.outcome in PROVIDER_WIDE:
-        return store.Finalised(row.id, MessageStatus.READY, next_attempt_at=ready_at, refund_attempt=True)
-    if row.attempts >= config.max_attempts[Channel(row.channel)]:
-        return store.Finalised(row.id, MessageStatus.DEAD, error=result.error)
-    wait = timedelta(seconds=backoff(row.attempts, config.retry_delay_scale))
-    return store.Finalised(row.id, MessageStatus.RETRYING, error=result.error, next_attempt_at=datetime.now(UTC) + wait)
-
-
-def align_short_retries(outcomes: list[store.Finalised]) -> list[store.Finalised]:
-    """Short retries of one batch share the latest of their times, so one task serves them.
-
-    Jitter then spreads batches rather than single messages; long waits stay individual,
-    parked in PostgreSQL for `release_due`.
-    """
-    horizon = datetime.now(UTC) + timedelta(seconds=MAX_COUNTDOWN)
-    short = [o for o in outcomes if o.status is MessageStatus.RETRYING and o.next_attempt_at <= horizon]
-    if not short:
-        return outcomes
-    latest = max(o.next_attempt_at for o in short)
-    short_ids = {o.message_id for o in short}
-    return [replace(o, next_attempt_at=latest) if o.message_id in short_ids else o for o in outcomes]
-
-
-def waiting_groups(outcomes: Sequence[store.Finalised]) -> list[tuple[float, list[store.Finalised]]]:
-    """The messages to re-publish now with a countdown: rate-limited ones and short retries."""
-    now = datetime.now(UTC)
-    groups: dict[datetime, list[store.Finalised]] = defaultdict(list)
-    for outcome in outcomes:
-        waits = outcome.status in (MessageStatus.READY, MessageStatus.RETRYING) and outcome.next_attempt_at
-        if waits and (outcome.next_attempt_at - now).total_seconds() <= MAX_COUNTDOWN:
-            groups[outcome.next_attempt_at].append(outcome)
-    return [(max((at - now).total_seconds(), 0.0), group) for at, group in groups.items()]
-
-
-EVENT_FOR_STATUS: Mapping[MessageStatus, EventType] = {
-    MessageStatus.FAILED: EventType.FAILED,
-    MessageStatus.RETRYING: EventType.RETRYING,
-    MessageStatus.DEAD: EventType.DEAD,
-}
-
-
-def events_for(outcomes: Sequence[store.Finalised], claimed: Sequence[Row]) -> list[store.NewEvent]:
-    """Events for the outcomes the message row cannot tell on its own (sent is derived)."""
-    rows = {row.id: row for row in claimed}
-    events = []
-    for outcome in outcomes:
-        kind = EVENT_FOR_STATUS.get(outcome.status)
-        if kind is None:
-            continue
-        row = rows[outcome.message_id]
-        data: dict = {"attempt": row.attempts, "reason": outcome.error}
-        if outcome.next_attempt_at is not None:
-            data["next_attempt_at"] = outcome.next_attempt_at.isoformat()
-        events.append(store.NewEvent(outcome.message_id, row.project_id, kind, data))
-    return events

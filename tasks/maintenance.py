@@ -26,6 +26,9 @@ from tasks.celery_app import active_providers, celery_app, settings
 logger = logging.getLogger(__name__)
 
 BATCH = 5000
+# Providers retry a webhook for a few days at most (SendGrid up to 72 hours); a receipt kept
+# twice as long as the longest still turns any replay into a no-op.
+RECEIPT_DAYS = 14
 # `retrying` rows are normally picked up by their countdown task; this grace keeps
 # release_due from racing it and only catches parked or lost ones.
 RETRY_GRACE_SECONDS = 10
@@ -72,7 +75,8 @@ def release_due() -> dict[str, int]:
 
 @celery_app.task(name="tidings.sweep")
 def sweep() -> dict[str, int]:
-    """Re-dispatch rows whose task was lost, and settle claims whose worker died.
+    """Re-dispatch rows whose task was lost, settle claims whose worker died, and forget
+    webhook receipts too old to be replayed.
 
     A claim abandoned mid-call may or may not have reached the provider. Where the
     provider de-duplicates on our message id, sending again is safe and the message goes
@@ -114,6 +118,7 @@ def sweep() -> dict[str, int]:
         ).all()
         store.record_events(session, [abandoned_event(row) for row in abandoned])
         enqueue_deliver(session, [r for r in abandoned if r.status == "ready"])
+        prune_receipts(session)
     counts = {
         "redispatched": len(stalled),
         "retried": sum(r.status == "ready" for r in abandoned),
@@ -125,6 +130,20 @@ def sweep() -> dict[str, int]:
     if any(counts.values()):
         logger.warning("sweep: %s", counts)
     return counts
+
+
+def prune_receipts(session: Session) -> int:
+    """Forget the keys of provider events older than any retry of them could be."""
+    return session.execute(
+        text(
+            """
+            DELETE FROM inbound_receipts WHERE ctid IN (
+                SELECT ctid FROM inbound_receipts
+                WHERE received_at < now() - make_interval(days => :days) LIMIT :batch)
+            """
+        ),
+        {"days": RECEIPT_DAYS, "batch": BATCH},
+    ).rowcount
 
 
 def idempotent_providers(config: Settings) -> list[str]:

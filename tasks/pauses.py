@@ -46,14 +46,15 @@ class ProviderPauses:
             return None
         return float("inf") if milliseconds == -1 else milliseconds / 1000
 
+    def get(self, provider: str) -> Pause | None:
+        """The pause of `provider` (or of a project's own account with it), if any."""
+        key = PREFIX + provider
+        with self.client.pipeline() as pipe:
+            reason, milliseconds = pipe.get(key).pttl(key).execute()
+        if reason is None:
+            return None
+        return Pause(provider, reason.decode(), None if milliseconds == -1 else milliseconds / 1000)
+
     def all(self) -> list[Pause]:
-        pauses = []
-        for key in self.client.scan_iter(match=PREFIX + "*", count=100):
-            name = key.decode().removeprefix(PREFIX)
-            with self.client.pipeline() as pipe:
-                reason, milliseconds = pipe.get(key).pttl(key).execute()
-            if reason is None:
-                continue
-            left = None if milliseconds == -1 else milliseconds / 1000
-            pauses.append(Pause(name, reason.decode(), left))
-        return sorted(pauses, key=lambda p: p.provider)
+        names = (key.decode().removeprefix(PREFIX) for key in self.client.scan_iter(match=PREFIX + "*", count=100))
+        return sorted((p for p in map(self.get, names) if p is not None), key=lambda p: p.provider)

@@ -12,7 +12,9 @@ per message, in this order:
 4. inside the subscriber's quiet hours → scheduled until the window ends (not for
                                         required categories nor `bypass_quiet_hours`)
 5. the template does not render       → failed (a missing variable is never a blank)
-6. otherwise                          → ready, and on to its deliver lane.
+6. otherwise                          → ready, and on to its deliver lane: the first provider
+                                        of its channel whose circuit is not open (one Redis
+                                        read per batch, tasks/routing.py).
 
 Rendering comes last so that messages that will not go are never rendered.
 """
@@ -31,8 +33,10 @@ from app.addresses import normalise_address
 from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus
 from app.policy import ProjectRules, held_until, opted_out
+from app.redis_client import redis_for
 from app.rendering import RenderError, as_content, render_version
-from tasks import dispatch, prepare_store, store
+from tasks import dispatch, prepare_store, routing, store
+from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
 from tasks.prepare_store import Closed, Rendered
 
@@ -61,6 +65,8 @@ def prepare(ids: list[str]) -> None:
         rows = prepare_store.load(session, ids)
         if not rows:
             return
+        circuits = CircuitBreakers(redis_for(config.redis_url), config.breaker).states(routing.fallible(config.chains))
+        routes = routing.choose(config.chains, circuits)
         addresses = {row.id: resolve_address(row) for row in rows}
         suppressed = prepare_store.active_suppressions(
             session,
@@ -76,7 +82,7 @@ def prepare(ids: list[str]) -> None:
         rules: dict[str, ProjectRules] = {}
         for row in rows:
             project_rules = rules.setdefault(row.project_id, ProjectRules.from_settings(row.project_settings))
-            decide(row, addresses[row.id], suppressed, versions, project_rules, plan, config.providers)
+            decide(row, addresses[row.id], suppressed, versions, project_rules, plan, routes)
         prepare_store.write_content(session, plan.rendered)
         prepare_store.close(session, plan.closed)
         prepare_store.hold(session, plan.held)
@@ -99,7 +105,7 @@ def decide(
     versions: Mapping[tuple[str, str, int], Row],
     rules: ProjectRules,
     plan: Plan,
-    providers: Mapping[Channel, str],
+    routes: Mapping[Channel, str],
 ) -> None:
     """One message's fate, added to the plan (the order is the module docstring's)."""
     if address is None:
@@ -126,7 +132,7 @@ def decide(
         except RenderError as error:
             data = {"reason": f"render error in {error.field}: {error.detail}"}
             return plan.close(row, MessageStatus.FAILED, EventType.FAILED, data)
-    provider = "log" if row.test else providers[Channel(row.channel)]
+    provider = "log" if row.test else routes[Channel(row.channel)]
     plan.ready.append((row.id, provider, row.priority, address))
     return None
 

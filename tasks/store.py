@@ -8,7 +8,7 @@ what makes a duplicated task message harmless.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,7 +43,9 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     """Take messages for sending: ready ones, and retrying ones whose wait is over.
 
     The conditional UPDATE is the guard against double sends: of two workers holding the
-    same ids, only one gets rows back.
+    same ids, only one gets rows back. `account_version` is set where the message's project
+    has its own account with the provider: when it was last changed (a primary-key lookup
+    per row, inside the one statement).
     """
     return session.execute(
         text(
@@ -57,12 +59,70 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
               AND m.provider = :provider
               AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
             RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
-                      c.subject, c.text, c.html, c.metadata, c.reply_to, c.cc, c.headers,
-                      c.attachment_ids::text[] AS attachment_ids
+                      m.subscriber_id, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
+                      c.headers, c.attachment_ids::text[] AS attachment_ids,
+                      (SELECT a.updated_at FROM project_providers a
+                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version
             """
         ),
         {"ids": list(ids), "provider": provider},
     ).all()
+
+
+def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> Sequence[Row]:
+    """Move the messages `provider` may not send now to another provider, per channel
+    (`targets`: channel → provider), in one statement; returns the moved (id, provider)."""
+    if not targets:
+        return []
+    return session.execute(
+        text(
+            """
+            UPDATE messages m SET provider = v.target, status = 'ready', next_attempt_at = NULL, updated_at = now()
+            FROM unnest(CAST(:channels AS text[]), CAST(:targets AS text[])) AS v(channel, target)
+            WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.provider = :provider AND m.channel = v.channel
+              AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
+            RETURNING m.id::text AS id, m.provider
+            """
+        ),
+        {"ids": list(ids), "provider": provider, "channels": list(targets), "targets": list(targets.values())},
+    ).all()
+
+
+def project_accounts(session: Session, provider: str, projects: Collection[str]) -> Sequence[Row]:
+    """The sealed settings of projects' own accounts with `provider`."""
+    return session.execute(
+        text(
+            """
+            SELECT project_id, sealed, updated_at FROM project_providers
+            WHERE provider = :provider AND project_id = ANY(CAST(:projects AS text[]))
+            """
+        ),
+        {"provider": provider, "projects": list(projects)},
+    ).all()
+
+
+def remove_push_tokens(session: Session, tokens: Sequence[tuple[str, str, str]]) -> None:
+    """Drop dead push tokens from their subscribers: (project, subscriber, token), one statement."""
+    if not tokens:
+        return
+    projects, subscribers, values = zip(*tokens, strict=True)
+    session.execute(
+        text(
+            """
+            UPDATE subscribers s
+            SET push_tokens = ARRAY(SELECT t.token FROM unnest(s.push_tokens) WITH ORDINALITY AS t(token, n)
+                                    WHERE t.token <> ALL(dead.tokens) ORDER BY t.n),
+                updated_at = now()
+            FROM (SELECT project_id, subscriber_id, array_agg(token) AS tokens
+                  FROM unnest(CAST(:projects AS text[]), CAST(:subscribers AS text[]), CAST(:tokens AS text[]))
+                       AS v(project_id, subscriber_id, token)
+                  GROUP BY project_id, subscriber_id) AS dead
+            WHERE s.project_id = dead.project_id AND s.external_id = dead.subscriber_id
+              AND s.push_tokens && dead.tokens
+            """
+        ),
+        {"projects": list(projects), "subscribers": list(subscribers), "tokens": list(values)},
+    )
 
 
 def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> None:

@@ -27,6 +27,7 @@ from app.config import Settings
 from app.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
 from tasks import adapters
+from tasks.breaker import CircuitBreakers
 from tasks.celery_app import all_queues, celery_app, configure
 from tests.provider_server import FakeProviderServer
 
@@ -58,6 +59,14 @@ def fake_provider() -> Iterator[FakeProviderServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def backup_provider() -> Iterator[FakeProviderServer]:
+    """The second email provider (`fake2`), where traffic goes while `fake`'s circuit is open."""
+    server = FakeProviderServer().start()
+    yield server
+    server.stop()
+
+
 def make_env(database_url: str, redis_url: str, **overrides: str) -> dict[str, str]:
     return {
         "DATABASE_URL": database_url,
@@ -70,9 +79,19 @@ def make_env(database_url: str, redis_url: str, **overrides: str) -> dict[str, s
 
 
 @pytest.fixture(scope="session")
-def settings(server_urls: tuple[str, str], fake_provider: FakeProviderServer) -> Settings:
-    """Email goes to the local fake provider; the other channels to the log provider."""
-    return Settings.from_env(make_env(*server_urls, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=fake_provider.url))
+def settings(
+    server_urls: tuple[str, str], fake_provider: FakeProviderServer, backup_provider: FakeProviderServer
+) -> Settings:
+    """Email goes to the local fake provider, failing over to a second one; the other
+    channels go to the log provider."""
+    return Settings.from_env(
+        make_env(
+            *server_urls,
+            EMAIL_PROVIDER="fake,fake2",
+            FAKE_PROVIDER_URL=fake_provider.url,
+            FAKE2_PROVIDER_URL=backup_provider.url,
+        )
+    )
 
 
 @pytest.fixture(scope="session")
@@ -99,10 +118,14 @@ def app(migrated: Settings) -> Flask:
 
 
 @pytest.fixture
-def client(app: Flask, fake_provider: FakeProviderServer) -> FlaskClient:
+def client(app: Flask, fake_provider: FakeProviderServer, backup_provider: FakeProviderServer) -> FlaskClient:
     configure(app.extensions["tidings"].settings)
     fake_provider.reset()
+    backup_provider.reset()
     LogProvider.record.clear()
+    context = app.extensions["tidings"]
+    for name in context.settings.chained_providers:  # every test starts with every circuit closed
+        CircuitBreakers(context.redis, context.settings.breaker).reset(name)
     return app.test_client()
 
 
@@ -124,7 +147,7 @@ def worker(app: Flask) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _fresh_provider_instances() -> None:
-    adapters.provider_instance.cache_clear()
+    adapters.clear()
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -23,6 +23,29 @@ def test_defaults():
     assert settings.port == 8000
 
 
+def test_a_channel_lists_its_providers_in_failover_order():
+    settings = Settings.from_env(
+        {
+            **GOOD,
+            "EMAIL_PROVIDER": "fake, fake2,log",
+            "FAKE_PROVIDER_URL": "http://127.0.0.1:9001",
+            "FAKE2_PROVIDER_URL": "http://127.0.0.1:9002",
+            "FAKE_RATE_PER_SEC": "50",
+            "EMAIL_RATE_PER_SEC": "10",
+            "BREAKER_COOLDOWN_SECONDS": "2.5",
+            "TIDINGS_PUBLIC_URL": "https://tidings.example.com/",
+        }
+    )
+    assert settings.chains[Channel.EMAIL] == ("fake", "fake2", "log")
+    assert settings.providers[Channel.EMAIL] == "fake"
+    assert settings.providers[Channel.SMS] == "log"
+    assert settings.chained_providers == {"fake", "fake2", "log"}
+    # A provider's own pace wins; the others of the chain take the channel's.
+    assert settings.rates == {"fake": 50.0, "fake2": 10.0, "log": 10.0}
+    assert settings.breaker.cooldown == 2.5
+    assert settings.public_url == "https://tidings.example.com"
+
+
 def test_broker_may_be_rabbitmq():
     settings = Settings.from_env({**GOOD, "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"})
     assert settings.broker_url.startswith("amqp://")
@@ -49,10 +72,39 @@ def test_broker_may_be_rabbitmq():
         ({"TIDINGS_PORT": "70000"}, "TIDINGS_PORT must be from 1 to 65535; got 70000"),
         (
             {"EMAIL_PROVIDER": "carrier-pigeon"},
-            "EMAIL_PROVIDER must be one of fake, log, postmark, resend, sendgrid, ses, smtp; got 'carrier-pigeon'",
+            "EMAIL_PROVIDER must be one of fake, fake2, log, postmark, resend, sendgrid, ses, smtp; "
+            "got 'carrier-pigeon'",
         ),
-        ({"SMS_PROVIDER": "postmark"}, "SMS_PROVIDER must be one of fake, log, twilio; got 'postmark'"),
+        ({"SMS_PROVIDER": "postmark"}, "SMS_PROVIDER must be one of fake, fake2, log, twilio; got 'postmark'"),
         ({"EMAIL_PROVIDER": "fake"}, "EMAIL_PROVIDER=fake: FAKE_PROVIDER_URL is not set"),
+        (
+            {"EMAIL_PROVIDER": "log,fake2", "FAKE_PROVIDER_URL": "http://127.0.0.1:9"},
+            "EMAIL_PROVIDER=fake2: FAKE2_PROVIDER_URL is not set",
+        ),
+        ({"EMAIL_PROVIDER": "log,"}, "EMAIL_PROVIDER must list providers separated by commas, each once; got 'log,'"),
+        (
+            {"EMAIL_PROVIDER": "log, log"},
+            "EMAIL_PROVIDER must list providers separated by commas, each once; got 'log, log'",
+        ),
+        ({"BREAKER_ERROR_RATE": "1.5"}, "BREAKER_ERROR_RATE must be at most 1.0; got 1.5"),
+        ({"RESEND_WEBHOOK_SECRET": "secret"}, "resend status webhooks: RESEND_WEBHOOK_SECRET must start with whsec_"),
+        (
+            {"POSTMARK_WEBHOOK_USERNAME": "postmark"},
+            "postmark status webhooks: POSTMARK_WEBHOOK_PASSWORD is not set",
+        ),
+        (
+            {"SENDGRID_WEBHOOK_PUBLIC_KEY": "bm90IGEga2V5"},
+            "sendgrid status webhooks: SENDGRID_WEBHOOK_PUBLIC_KEY is not a public key (base64 DER, or PEM)",
+        ),
+        (
+            {"SES_SNS_TOPIC_ARNS": "arn:aws:sns:eu-west-1:123456789012:ses", "SES_SNS_TEST_HOST": "example.com:80"},
+            "ses status webhooks: SES_SNS_TEST_HOST may only name 127.0.0.1:<port>; got 'example.com:80'",
+        ),
+        ({"BREAKER_FAILURES": "0"}, "BREAKER_FAILURES must be at least 1; got 0"),
+        (
+            {"TIDINGS_PUBLIC_URL": "tidings.example.com"},
+            "TIDINGS_PUBLIC_URL must start with one of http://, https://; got 'tidings.example.com'",
+        ),
     ],
 )
 def test_bad_settings_name_the_setting(change, message):

@@ -33,7 +33,7 @@ def context() -> Context:
 
 
 def create_app(settings: Settings) -> Flask:
-    from app.api import admin, health, messages, metrics, subscribers, suppressions, templates
+    from app.api import admin, health, inbound, messages, metrics, subscribers, suppressions, templates
 
     celery.configure(settings)
     app = Flask("tidings")
@@ -58,6 +58,7 @@ def create_app(settings: Settings) -> Flask:
         health.blp,
         metrics.blp,
         admin.blp,
+        inbound.blp,
         messages.blp,
         subscribers.blp,
         suppressions.blp,

@@ -1,4 +1,5 @@
-"""Admin routes: projects and their keys. They take the admin key, never a project key."""
+"""Admin routes: projects, their keys and own provider accounts, operations. They take the
+admin key, never a project key."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from app.schemas import (
     ProjectCreateSchema,
     ProjectSchema,
     ProjectUpdateSchema,
+    ProviderAccountInputSchema,
+    ProviderAccountSchema,
     ProviderStateSchema,
     RequeuedSchema,
     RequeueSchema,
 )
-from app.services import operations, projects
+from app.services import operations, projects, provider_accounts
 
 blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects, API keys and operations (admin key).")
 
@@ -75,6 +78,40 @@ def revoke_key(project_id: str, key_id: str):
     projects.revoke_key(context().db, project_id, key_id)
 
 
+@blp.route("/projects/<project_id>/providers", methods=["GET"])
+@blp.response(200, ProviderAccountSchema(many=True))
+def list_provider_accounts(project_id: str):
+    """The provider accounts this project brought itself (which settings are set, never their values)."""
+    ctx = context()
+    return provider_accounts.list_all(ctx.db, ctx.settings, ctx.redis, project_id)
+
+
+@blp.route("/projects/<project_id>/providers/<name>", methods=["GET"])
+@blp.response(200, ProviderAccountSchema)
+def get_provider_account(project_id: str, name: str):
+    ctx = context()
+    return provider_accounts.get(ctx.db, ctx.settings, ctx.redis, project_id, name)
+
+
+@blp.route("/projects/<project_id>/providers/<name>", methods=["PUT"])
+@blp.arguments(ProviderAccountInputSchema)
+@blp.response(200, ProviderAccountSchema, description="Replaced.")
+@blp.alt_response(201, schema=ProviderAccountSchema, description="Created.")
+def put_provider_account(data: dict[str, Any], project_id: str, name: str):
+    """Send this project's messages through its own account with a provider of this deployment."""
+    ctx = context()
+    account, created = provider_accounts.put(ctx.db, ctx.settings, ctx.redis, project_id, name, data["settings"])
+    return account, 201 if created else 200
+
+
+@blp.route("/projects/<project_id>/providers/<name>", methods=["DELETE"])
+@blp.response(204)
+def delete_provider_account(project_id: str, name: str):
+    """Back to the deployment's account with that provider."""
+    ctx = context()
+    provider_accounts.delete(ctx.db, ctx.redis, project_id, name)
+
+
 @blp.route("/messages/requeue", methods=["POST"])
 @blp.arguments(RequeueSchema)
 @blp.response(200, RequeuedSchema)
@@ -86,7 +123,7 @@ def requeue(criteria: dict[str, Any]):
 @blp.route("/providers", methods=["GET"])
 @blp.response(200, ProviderStateSchema(many=True))
 def providers():
-    """The providers this deployment routes to: pace and pause state."""
+    """The providers this deployment routes to: failover order, pace, pause and circuit breaker."""
     ctx = context()
     return operations.provider_states(ctx.settings, ctx.redis)
 
@@ -103,6 +140,6 @@ def pause_provider(pause: dict[str, Any], name: str):
 @blp.route("/providers/<name>/resume", methods=["POST"])
 @blp.response(200, ProviderStateSchema)
 def resume_provider(name: str):
-    """Send through a paused provider again."""
+    """Send through a paused provider again, and close its circuit breaker."""
     ctx = context()
     return operations.set_pause(ctx.settings, ctx.redis, name, None)

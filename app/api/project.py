@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 from flask import Response, current_app, g, request
 from flask_smorest import Blueprint
 
 from app.api import context
 from app.auth import require_project_key
-from app.errors import abort
+from app.errors import View, abort
 
 
 def project_blueprint(name: str, import_name: str, description: str) -> Blueprint:
@@ -23,9 +20,6 @@ def project_blueprint(name: str, import_name: str, description: str) -> Blueprin
 
 
 LARGE_BODY_BYTES = 16 * 1024 * 1024
-
-
-View = TypeVar("View", bound=Callable[..., Any])
 
 
 def large_body(view: View) -> View:

@@ -1,4 +1,4 @@
-"""Operator actions: requeue dead letters, pause and resume providers."""
+"""Operator actions: requeue dead letters, pause and resume providers, read their state."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from app.config import Settings
 from app.db import enqueue_after_commit
 from app.errors import abort
 from tasks import dispatch
+from tasks.breaker import CircuitBreakers
 from tasks.celery_app import active_providers
 from tasks.pauses import ProviderPauses
 
@@ -69,27 +70,44 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
 
 
 def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+    """Every provider this deployment routes to: where it sits in each channel's failover
+    order, its pace, pause and circuit breaker."""
     pauses = {pause.provider: pause for pause in ProviderPauses(client).all()}
+    names = active_providers(settings)
+    circuits = CircuitBreakers(client, settings.breaker).states(names)
     return [
         {
             "name": name,
-            "channels": sorted(c.value for c, p in settings.providers.items() if p == name),
+            "channels": sorted(c.value for c, chain in settings.chains.items() if name in chain),
+            "primary_for": sorted(c.value for c, chain in settings.chains.items() if chain[0] == name),
             "rate_per_sec": settings.rates.get(name),
             "paused": name in pauses,
             "paused_reason": pauses[name].reason if name in pauses else None,
             "paused_seconds_left": pauses[name].seconds_left if name in pauses else None,
+            "breaker": circuits[name].state.value,
+            "breaker_failures": circuits[name].failures,
+            "breaker_seconds_left": circuits[name].seconds_left,
         }
-        for name in active_providers(settings)
+        for name in names
     ]
 
 
-def set_pause(settings: Settings, client: redis.Redis, provider: str, pause: dict[str, Any] | None) -> dict:
-    """Pause (`pause` given) or resume (`None`) a provider by hand; unknown names are 404."""
+def known_provider(settings: Settings, provider: str) -> None:
+    """404 for a provider this deployment does not route to."""
     if provider not in active_providers(settings):
         abort(404, f"No provider {provider!r} in this deployment.")
+
+
+def set_pause(settings: Settings, client: redis.Redis, provider: str, pause: dict[str, Any] | None) -> dict:
+    """Pause (`pause` given) or resume (`None`) a provider by hand; unknown names are 404.
+
+    Resuming also closes its circuit breaker: whoever resumes it says it works again.
+    """
+    known_provider(settings, provider)
     pauses = ProviderPauses(client)
     if pause is None:
         pauses.resume(provider)
+        CircuitBreakers(client, settings.breaker).reset(provider)
     else:
         pauses.resume(provider)  # a hand-set pause replaces whatever was there
         pauses.pause(provider, pause["seconds"], pause["reason"])

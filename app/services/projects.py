@@ -33,12 +33,12 @@ def list_projects(db: sessionmaker[Session]) -> list[Project]:
 
 def get_project(db: sessionmaker[Session], project_id: str) -> Project:
     with db() as session:
-        return _existing(session, project_id)
+        return existing_project(session, project_id)
 
 
 def update_project(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> Project:
     with db.begin() as session:
-        project = _existing(session, project_id)
+        project = existing_project(session, project_id)
         for name, value in data.items():
             setattr(project, name, value)
     return project
@@ -55,7 +55,7 @@ def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyK
     """Make a key; the answer is the only place the key itself ever appears."""
     key = new_key(kind)
     with db.begin() as session:
-        _existing(session, project_id)
+        existing_project(session, project_id)
         row = ApiKey(project_id=project_id, name=name, kind=kind, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key))
         session.add(row)
         session.flush()
@@ -85,7 +85,7 @@ def revoke_key(db: sessionmaker[Session], project_id: str, key_id: str) -> None:
         abort(404, f"No active key {key_id!r} in project {project_id!r}.")
 
 
-def _existing(session: Session, project_id: str) -> Project:
+def existing_project(session: Session, project_id: str) -> Project:
     project = session.get(Project, project_id)
     if project is None:
         abort(404, f"No project {project_id!r}.")

@@ -1,13 +1,16 @@
 """Suppressions: addresses a project must not contact on a channel.
 
-`add_suppressions` is the one way entries are written: by the API here, and by the code
-that handles hard bounces, complaints and unsubscribes. It takes the caller's session and
-never commits, so the entry lands in the same transaction as whatever caused it.
+`add_suppressions` (and `suppress_all`, the same statement for entries of many projects)
+is the one way entries are written: by the API here, by deliver when a provider refuses a
+recipient, and by the inbound webhooks that report hard bounces, complaints and
+unsubscribes. It takes the caller's session and never commits, so the entry lands in the
+same transaction as whatever caused it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +32,14 @@ ADDRESS_CHECKS = {
 }
 
 
+@dataclass(frozen=True)
+class NewSuppression:
+    project_id: str
+    channel: Channel
+    address: str
+    reason: SuppressionReason
+
+
 def add_suppressions(
     session: Session,
     project_id: str,
@@ -39,25 +50,35 @@ def add_suppressions(
 ) -> Sequence[Row]:
     """Suppress `addresses` on `channel` in one statement; an existing entry takes the new
     reason and expiry (the latest event about an address is the one that counts)."""
-    normalised = sorted({normalise_address(channel, address) for address in addresses})
-    if not normalised:
+    return suppress_all(session, [NewSuppression(project_id, channel, a, reason) for a in addresses], expires_at)
+
+
+def suppress_all(
+    session: Session, entries: Iterable[NewSuppression], expires_at: datetime | None = None
+) -> Sequence[Row]:
+    """`add_suppressions` for entries of any projects and channels (a delivery batch, a
+    provider's webhook): still one statement; of two entries for one address the last wins."""
+    latest = {(e.project_id, e.channel.value, normalise_address(e.channel, e.address)): e.reason for e in entries}
+    if not latest:
         return []
+    keys = sorted(latest)
     return session.execute(
         text(
             """
             INSERT INTO suppressions AS s (project_id, channel, address, reason, expires_at)
-            SELECT :project, :channel, address, :reason, :expires_at
-            FROM unnest(CAST(:addresses AS text[])) AS address
+            SELECT project_id, channel, address, reason, :expires_at
+            FROM unnest(CAST(:projects AS text[]), CAST(:channels AS text[]), CAST(:addresses AS text[]),
+                        CAST(:reasons AS text[])) AS v(project_id, channel, address, reason)
             ON CONFLICT (project_id, channel, address) DO UPDATE
             SET reason = excluded.reason, expires_at = excluded.expires_at, updated_at = now()
             RETURNING s.*, (s.xmax = 0) AS created
             """
         ),
         {
-            "project": project_id,
-            "channel": channel.value,
-            "addresses": normalised,
-            "reason": reason.value,
+            "projects": [k[0] for k in keys],
+            "channels": [k[1] for k in keys],
+            "addresses": [k[2] for k in keys],
+            "reasons": [latest[k].value for k in keys],
             "expires_at": expires_at,
         },
     ).all()

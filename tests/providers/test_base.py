@@ -28,6 +28,7 @@ from providers.base import (
     SuppressRecipient,
     TransientError,
     Unreachable,
+    Unsubscribed,
     one_by_one,
     retry_after_seconds,
     send_groups,
@@ -71,22 +72,25 @@ def test_wait_from_an_x_ratelimit_reset_time():
 @pytest.mark.parametrize(
     ("error", "outcome", "suppress", "invalid_token", "retry_after"),
     [
-        (PermanentError("no"), Outcome.PERMANENT, False, False, None),
-        (SuppressRecipient("inactive"), Outcome.PERMANENT, True, False, None),
-        (InvalidToken("gone"), Outcome.PERMANENT, False, True, None),
-        (TransientError("5xx"), Outcome.TRANSIENT, False, False, None),
-        (RateLimited("429", 4.0), Outcome.RATE_LIMITED, False, False, 4.0),
-        (ConfigurationError("bad key"), Outcome.CONFIGURATION, False, False, None),
+        (PermanentError("no"), Outcome.PERMANENT, None, False, None),
+        (SuppressRecipient("inactive"), Outcome.PERMANENT, "bounce", False, None),
+        (Unsubscribed("STOP"), Outcome.PERMANENT, "unsubscribe", False, None),
+        (InvalidToken("gone"), Outcome.PERMANENT, None, True, None),
+        (TransientError("5xx"), Outcome.TRANSIENT, None, False, None),
+        (RateLimited("429", 4.0), Outcome.RATE_LIMITED, None, False, 4.0),
+        (ConfigurationError("bad key"), Outcome.CONFIGURATION, None, False, None),
     ],
 )
 def test_an_error_becomes_a_result_that_says_what_to_do(error, outcome, suppress, invalid_token, retry_after):
+    """`suppress`: the reason the address is suppressed for, None when it is not."""
     result = SendResult.from_error("m1", error)
-    assert (result.outcome, result.suppress, result.invalid_token, result.retry_after) == (
+    assert (result.outcome, result.suppress_reason, result.invalid_token, result.retry_after) == (
         outcome,
         suppress,
         invalid_token,
         retry_after,
     )
+    assert result.suppress is (suppress is not None)
     assert result.error == str(error)
 
 

@@ -6,18 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from google.auth import jwt
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from providers.base import ConfigurationError, Outbound, Outcome, PermanentError, RateLimited, TransientError
 from providers.fcm import FcmProvider
-
-PROJECT = "tidings-test"
-SEND = f"/v1/projects/{PROJECT}/messages:send"
-TOKEN = "ya29.local-test-token"
+from tests.fcm_server import PROJECT, SEND, TOKEN, fcm_error, serve_tokens, service_account
 
 
 @pytest.fixture(scope="module")
@@ -27,37 +22,14 @@ def key() -> rsa.RSAPrivateKey:
 
 @pytest.fixture
 def account(key, httpserver: HTTPServer, tmp_path: Path) -> dict:
-    account = {
-        "type": "service_account",
-        "project_id": PROJECT,
-        "private_key_id": "key-1",
-        "private_key": key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ).decode(),
-        "client_email": f"tidings@{PROJECT}.iam.gserviceaccount.com",
-        "client_id": "1234567890",
-        "token_uri": httpserver.url_for("/token"),
-    }
+    account = service_account(key, httpserver)
     (tmp_path / "service-account.json").write_text(json.dumps(account))
     return account
 
 
 @pytest.fixture
 def token_requests(key, account, httpserver: HTTPServer) -> list[dict]:
-    """The token endpoint: checks the signed JWT assertion like Google's would, grants a token."""
-    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    claims: list[dict] = []
-
-    def grant(request: Request) -> Response:
-        assert request.form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
-        # google-auth signs for Google's token endpoint whatever token_uri it posts to.
-        audience = "https://oauth2.googleapis.com/token"
-        claims.append(jwt.decode(request.form["assertion"], certs=public, audience=audience))
-        body = {"access_token": TOKEN, "expires_in": 3600, "token_type": "Bearer"}
-        return Response(json.dumps(body), 200, content_type="application/json")
-
-    httpserver.expect_request("/token", method="POST").respond_with_handler(grant)
-    return claims
+    return serve_tokens(key, httpserver)
 
 
 @pytest.fixture
@@ -69,19 +41,6 @@ def adapter(account, httpserver: HTTPServer, tmp_path: Path) -> FcmProvider:
 
 def push(n: int = 1, **fields) -> Outbound:
     return Outbound(f"m{n}", "push", f"device-token-{n}", "Your order", "It is on its way", None, **fields)
-
-
-def fcm_error(status: int, code: str, fcm_code: str | None = None) -> Response:
-    details = [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": fcm_code}]
-    body = {
-        "error": {
-            "code": status,
-            "message": "details",
-            "status": code,
-            "details": details if fcm_code else [],
-        }
-    }
-    return Response(json.dumps(body), status, content_type="application/json")
 
 
 def test_the_service_account_token_is_fetched_once_and_sent_as_bearer(httpserver, adapter, token_requests, account):
@@ -156,8 +115,23 @@ def test_one_message_per_call():
     assert FcmProvider.max_batch == 1
 
 
+def test_the_service_account_may_come_as_json_text(httpserver, account, token_requests):
+    """How a project brings its own FCM account: the key itself, not a path on the worker."""
+    httpserver.expect_request(SEND, method="POST").respond_with_json({"name": "projects/x/messages/1"})
+    adapter = FcmProvider.from_env(
+        {"FCM_CREDENTIALS_JSON": json.dumps(account), "FCM_BASE_URL": httpserver.url_for("")}
+    )
+    [result] = adapter.send([push()])
+    assert result.outcome is Outcome.SENT
+    assert len(token_requests) == 1
+
+
 def test_settings(tmp_path):
     with pytest.raises(ValueError, match="FCM_CREDENTIALS is not set"):
         FcmProvider.from_env({})
+    with pytest.raises(ValueError, match="FCM_CREDENTIALS_JSON is not JSON"):
+        FcmProvider.from_env({"FCM_CREDENTIALS_JSON": "{not json"})
+    with pytest.raises(ValueError, match="must be a service account's JSON object"):
+        FcmProvider.from_env({"FCM_CREDENTIALS_JSON": "[1, 2]"})
     with pytest.raises(ValueError, match="FCM_CREDENTIALS: cannot read a service account"):
         FcmProvider.from_env({"FCM_CREDENTIALS": str(tmp_path / "missing.json")})

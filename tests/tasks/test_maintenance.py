@@ -127,3 +127,17 @@ def test_two_beats_releasing_at_once_release_each_message_once(client, engine):
         ).scalar_one()
     assert left == 0
     assert sum(released) == 3000
+
+
+def test_the_sweep_forgets_webhook_receipts_too_old_to_be_replayed(client, engine):
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO inbound_receipts (source, key, received_at) VALUES "
+                "('sweep-test', 'old', now() - interval '15 days'), ('sweep-test', 'recent', now() - interval '1 day')"
+            )
+        )
+    sweep()
+    with engine.connect() as connection:
+        left = connection.execute(text("SELECT key FROM inbound_receipts WHERE source = 'sweep-test'")).scalars().all()
+    assert left == ["recent"]

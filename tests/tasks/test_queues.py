@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.enums import Priority
+from app.enums import Channel, Priority
 from tasks import dispatch
 from tasks.celery_app import active_providers, all_queues, celery_app
 from tasks.queues import BEAT_QUEUE
@@ -35,3 +35,10 @@ def test_transactional_lanes_come_first(settings):
 def test_deliver_lanes_cover_the_log_provider_for_test_keys(settings):
     assert "deliver.log.transactional" in all_queues(settings)
     assert "deliver.fake.transactional" in all_queues(settings)
+
+
+def test_every_provider_of_a_failover_chain_has_its_lanes(settings):
+    """fake2 only takes email while fake's circuit is open: its lanes must be listened to all the same."""
+    assert settings.chains[Channel.EMAIL] == ("fake", "fake2")
+    for priority in Priority:
+        assert f"deliver.fake2.{priority}" in all_queues(settings)
