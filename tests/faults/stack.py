@@ -79,9 +79,9 @@ class Stack:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                requests.get(f"{self.api_url}/healthz", timeout=1)
+                requests.get(f"{self.api_url}/healthz", timeout=5)
                 return self.api_url
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or too busy booting to answer
                 time.sleep(0.1)
         raise AssertionError("the API did not answer")
 
