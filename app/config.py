@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from app.enums import Channel
 from providers import registry
+from providers.webhook import Network, networks
 
 
 class ConfigError(Exception):
@@ -47,6 +48,14 @@ class Settings:
     flower_port: int = 5555
     var_dir: Path = Path("var")
     visibility_timeout: int = 3600
+    # Where browsers and mail clients reach this API: tracking, click and unsubscribe links.
+    public_url: str = "http://127.0.0.1:8000"
+    # Outbound webhooks: networks plain http and private addresses may reach, and the timeout.
+    webhook_allowed_networks: tuple[Network, ...] = ()
+    webhook_timeout: float = 10.0
+    # Seconds between keep-alive comments on an idle event stream.
+    stream_heartbeat: float = 15.0
+    api_threads: int = 32
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -76,8 +85,26 @@ class Settings:
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
             var_dir=Path(env.get("TIDINGS_VAR_DIR", "var")),
             visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=MAX_COUNTDOWN + 60),
+            public_url=_public_url(env),
+            webhook_allowed_networks=_networks(env),
+            webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
+            stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
+            api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
             environ=env,
         )
+
+
+def _public_url(env: Mapping[str, str]) -> str:
+    host, port = env.get("TIDINGS_HOST", "127.0.0.1"), env.get("TIDINGS_PORT", "8000")
+    value = _url(env, "TIDINGS_PUBLIC_URL", ("http", "https"), f"http://{host}:{port}")
+    return value.rstrip("/")
+
+
+def _networks(env: Mapping[str, str]) -> tuple[Network, ...]:
+    try:
+        return tuple(networks(env.get("WEBHOOK_ALLOWED_NETWORKS", "")))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _require(env: Mapping[str, str], name: str) -> str:

@@ -109,6 +109,43 @@ def classify(response: requests.Response) -> ProviderError:
     return PermanentError(detail)
 
 
+def guarded_session(allowed: Sequence[Network]) -> requests.Session:
+    """A session whose every connection goes through `check_peer`, and that ignores proxies
+    from the environment (a proxy would hide the real target)."""
+    session = requests.Session()
+    session.trust_env = False
+    session.mount("http://", GuardedAdapter(allowed))
+    session.mount("https://", GuardedAdapter(allowed))
+    return session
+
+
+def secret_bytes(secret: str) -> bytes:
+    """The HMAC key of a `whsec_<base64>` secret; ValueError names what is wrong."""
+    if not secret.startswith("whsec_"):
+        raise ValueError("must start with whsec_")
+    try:
+        return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        raise ValueError("must be whsec_ followed by base64") from None
+
+
+def signed_headers(webhook_id: str, body: str, keys: Sequence[bytes]) -> dict[str, str]:
+    """Standard Webhooks headers: `v1,` + base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`.
+
+    Several keys give several space-separated signatures, as the spec allows while a
+    secret is being rotated: a receiver holding either secret verifies the request.
+    """
+    timestamp = str(int(time.time()))
+    signed = f"{webhook_id}.{timestamp}.{body}".encode()
+    signatures = [base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode() for key in keys]
+    return {
+        "Content-Type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": " ".join(f"v1,{signature}" for signature in signatures),
+    }
+
+
 def networks(raw: str) -> list[Network]:
     try:
         return [ipaddress.ip_network(item.strip()) for item in raw.split(",") if item.strip()]
@@ -123,17 +160,11 @@ class WebhookProvider:
     idempotent: bool = True  # webhook-id is our message id: receivers de-duplicate on it
 
     def __init__(self, secret: str, allowed: Sequence[Network], timeout: float):
-        if not secret.startswith("whsec_"):
-            raise ValueError("WEBHOOK_SIGNING_SECRET must start with whsec_")
         try:
-            self.key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-        except ValueError:
-            raise ValueError("WEBHOOK_SIGNING_SECRET must be whsec_ followed by base64") from None
-        session = requests.Session()
-        session.trust_env = False  # a proxy from the environment would hide the real target
-        session.mount("http://", GuardedAdapter(allowed))
-        session.mount("https://", GuardedAdapter(allowed))
-        self.client = HttpClient("", timeout=timeout, classify=classify, session=session)
+            self.key = secret_bytes(secret)
+        except ValueError as error:
+            raise ValueError(f"WEBHOOK_SIGNING_SECRET {error}") from None
+        self.client = HttpClient("", timeout=timeout, classify=classify, session=guarded_session(allowed))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
@@ -158,15 +189,7 @@ class WebhookProvider:
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
-        timestamp = str(int(time.time()))
-        signed = f"{message.message_id}.{timestamp}.{body}".encode()
-        signature = base64.b64encode(hmac.new(self.key, signed, hashlib.sha256).digest()).decode()
-        return {
-            "Content-Type": "application/json",
-            "webhook-id": message.message_id,
-            "webhook-timestamp": timestamp,
-            "webhook-signature": f"v1,{signature}",
-        }
+        return signed_headers(message.message_id, body, [self.key])
 
 
 def payload(message: Outbound) -> Any:

@@ -18,7 +18,7 @@ from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
 from providers.base import Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import dispatch, store
+from tasks import dispatch, fanout, store
 from tasks.adapters import provider_instance
 from tasks.celery_app import celery_app, settings
 from tasks.pacing import ProviderPacer
@@ -62,7 +62,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         increment(client, "provider_pauses", provider=provider, cause=cause)
     outcomes = decide_all(config, run, claimed)
     with session_scope(config.database_url) as session:
-        store.finalise(session, outcomes)
+        fanout.announce(session, store.finalise(session, outcomes))
         store.record_events(session, events_for(outcomes, claimed))
         for countdown, group in waiting_groups(outcomes):
             for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
@@ -134,6 +134,7 @@ def outbound(row: Row) -> Outbound:
         text=row.text,
         html=row.html,
         metadata=row.metadata or {},
+        headers=row.headers or {},
     )
 
 

@@ -71,8 +71,15 @@ def make_env(database_url: str, redis_url: str, **overrides: str) -> dict[str, s
 
 @pytest.fixture(scope="session")
 def settings(server_urls: tuple[str, str], fake_provider: FakeProviderServer) -> Settings:
-    """Email goes to the local fake provider; the other channels to the log provider."""
-    return Settings.from_env(make_env(*server_urls, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=fake_provider.url))
+    """Email goes to the local fake provider; the other channels to the log provider.
+    Outbound webhooks may reach receivers on 127.0.0.1."""
+    env = make_env(
+        *server_urls,
+        EMAIL_PROVIDER="fake",
+        FAKE_PROVIDER_URL=fake_provider.url,
+        WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+    )
+    return Settings.from_env(env)
 
 
 @pytest.fixture(scope="session")
