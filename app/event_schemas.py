@@ -138,9 +138,8 @@ class InboxCountSchema(Schema):
     total = fields.Integer(metadata={"description": "Unread and read; archived items are not counted."})
 
 
-class ChangedSchema(Schema):
+class ChangedSchema(InboxCountSchema):
     changed = fields.Integer()
-    unread = fields.Integer()
 
 
 class SubscriberTokenRequestSchema(Schema):
