@@ -59,7 +59,7 @@ SELECT md5('m' || n)::uuid,
                    WHEN 'failed' THEN '{"reason": "mailbox unavailable"}'::jsonb
                    ELSE '{}'::jsonb END
 FROM generate_series(1, :events) AS g
-CROSS JOIN LATERAL (SELECT 1 + (g * 7919) % :messages AS n) AS pick
+CROSS JOIN LATERAL (SELECT 1 + (g::bigint * 7919) % :messages AS n) AS pick
 CROSS JOIN LATERAL (SELECT CASE
         WHEN g % 1000 < 450 THEN 'delivered' WHEN g % 1000 < 700 THEN 'opened'
         WHEN g % 1000 < 800 THEN 'clicked' WHEN g % 1000 < 880 THEN 'retrying'
