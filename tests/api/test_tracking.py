@@ -7,7 +7,6 @@ from html import unescape
 
 import pytest
 import requests
-from sqlalchemy import text
 
 from app.tokens import Purpose, mint
 from app.tracking import PIXEL

@@ -15,7 +15,7 @@ from standardwebhooks import Webhook
 from werkzeug import Request, Response
 
 from tasks.celery_app import settings
-from tasks.webhooks import deliver_webhooks, post
+from tasks.webhooks import deliver_webhooks, post, release_webhooks
 from tests.conftest import email
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -243,3 +243,33 @@ def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, eng
     assert attempt.status_code is None
     assert "refused target" in attempt.error
     assert receiver.received == []
+
+
+def test_beat_releases_parked_retries_and_reclaims_dead_claims(project, receiver, engine):
+    receiver.answers = [503]
+    hook = endpoint(project, receiver.url)
+    project.send(email())
+    parked = wait_for_delivery(project, hook["id"], {"retrying"})
+    project.send(email())
+    receiver.wait(2)
+    claimed = wait_for_delivery(project, hook["id"], {"succeeded"})
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute' WHERE id = :id"),
+            {"id": parked["id"]},
+        )
+        connection.execute(  # as if a worker died holding it
+            text(
+                "UPDATE webhook_deliveries SET status = 'sending', claimed_at = now() - interval '1 hour' "
+                "WHERE id = :id"
+            ),
+            {"id": claimed["id"]},
+        )
+    assert release_webhooks() == 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        statuses = {d["id"]: d["status"] for d in deliveries(project, hook["id"])}
+        if statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"}:
+            break
+        time.sleep(0.05)
+    assert statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"}
