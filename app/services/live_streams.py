@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
+
 from app import live
 from app.errors import abort
 from app.services import events, inbox
@@ -17,6 +19,8 @@ def _listen(ctx: Any, channel: str) -> Listener:
         return ctx.hub.listen(channel)
     except Busy:
         abort(503, "This server holds as many streams as it may; try again shortly.", headers={"Retry-After": "5"})
+    except redis.RedisError:
+        abort(503, "Live updates are unavailable right now; try again shortly.", headers={"Retry-After": "5"})
 
 
 def project_stream(ctx: Any, project_id: str, last_event_id: str | None) -> Any:

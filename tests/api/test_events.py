@@ -115,3 +115,20 @@ def test_bad_queries_are_422_with_field_errors(project, query, field):
 
 def test_the_log_needs_a_project_key(client):
     assert client.get("/v1/events").status_code == 401
+
+
+def test_openapi_documents_the_event_routes(client):
+    paths = set(client.get("/openapi.json").get_json()["paths"])
+    assert {
+        "/v1/events",
+        "/v1/events/stream",
+        "/v1/webhooks",
+        "/v1/webhooks/{endpoint_id}/deliveries",
+        "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/replay",
+        "/v1/subscribers/{subscriber_id}/inbox",
+        "/v1/subscribers/{external_id}/token",
+        "/v1/inbox/stream",
+        "/t/o/{token}",
+        "/t/c/{token}",
+        "/u/{token}",
+    } <= paths
