@@ -64,12 +64,14 @@ def log_sql(query: LogQuery, limit: int) -> tuple[str, dict[str, Any]]:
     if query.after is not None:
         params["after_at"], params["after_key"] = query.after
     branches = []
-    stored_types = [t for t in query.types if t != EventType.SENT]
-    if not query.types or stored_types:
+    # One branch per type asked for: each is then a top-N scan of (project, type, at), where
+    # `type = ANY(…)` would have to read every matching row to sort them.
+    stored_types: list[str | None] = [t for t in query.types if t != EventType.SENT] if query.types else [None]
+    for index, kind in enumerate(stored_types):
         where = ["e.project_id = :project", *_filters(query, "e.at", "e.message_id", "'evt_' || e.id", beyond)]
-        if stored_types:
-            params["types"] = stored_types
-            where.append("e.type = ANY(CAST(:types AS text[]))")
+        if kind is not None:
+            params[f"type{index}"] = kind
+            where.append(f"e.type = :type{index}")
         if query.subscriber_id is not None:
             where.append(f"e.message_id IN ({SUBSCRIBER_MESSAGES})")
         if query.batch_id is not None:
