@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
+from flask import Response
 
 logger = logging.getLogger(__name__)
 
@@ -189,9 +190,7 @@ def pump(
         listener.close()
 
 
-def response(body: Iterator[str]) -> Any:
+def response(body: Iterator[str]) -> Response:
     """The HTTP answer for a stream: no caching, and no buffering by a proxy on the way."""
-    from flask import Response
-
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return Response(body, mimetype="text/event-stream", headers=headers)

@@ -28,4 +28,6 @@ def list_events(filters: dict[str, Any]):
 def stream_events() -> Response:
     """Server-Sent Events: every new log entry as it happens. With `Last-Event-ID`, first
     the entries since (from a few seconds before, so deduplicate on `id`)."""
-    return live_streams.project_stream(context(), g.caller.project_id, request.headers.get("Last-Event-ID"))
+    ctx = context()
+    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
+    return live_streams.project_stream(streaming, g.caller.project_id, request.headers.get("Last-Event-ID"))

@@ -114,4 +114,6 @@ def stream_inbox() -> Response:
     `unread` with the counts after every change. Ends when the token expires."""
     if g.subscriber_scope is None:
         abort(403, "The inbox stream takes a subscriber token (POST /v1/subscribers/{id}/token).")
-    return live_streams.inbox_stream(context(), g.caller.project_id, g.subscriber_scope, g.token_expires_at)
+    ctx = context()
+    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
+    return live_streams.inbox_stream(streaming, g.caller.project_id, g.subscriber_scope, g.token_expires_at)

@@ -9,6 +9,7 @@ from flask import Response, redirect
 from flask_smorest import Blueprint
 
 from app.api import context
+from app.api.project import View
 from app.enums import EventType
 from app.errors import abort
 from app.services import engagement, unsubscribe
@@ -18,9 +19,9 @@ from app.tracking import PIXEL
 blp = Blueprint("public", __name__, description="Tracking pixel, click redirect, one-click unsubscribe.")
 
 
-def form_body(view):
+def form_body(view: View) -> View:
     """Mark a route that takes a form body (a mail client's one-click POST), not JSON."""
-    view.form_body = True
+    view.form_body = True  # type: ignore[attr-defined]
     return view
 
 

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from flask import Response
+from sqlalchemy.orm import Session, sessionmaker
 
 from app import live
 from app.errors import abort
 from app.services import events, inbox
-from app.streams import Busy, Listener, pump, response, sse
+from app.streams import Busy, Hub, Listener, pump, response, sse
 
 
-def _listen(ctx: Any, channel: str) -> Listener:
+@dataclass(frozen=True)
+class Streaming:
+    """What a stream needs of the API process."""
+
+    db: sessionmaker[Session]
+    hub: Hub
+    heartbeat: float
+
+
+def _listen(ctx: Streaming, channel: str) -> Listener:
     try:
         return ctx.hub.listen(channel)
     except Busy:
@@ -23,7 +35,7 @@ def _listen(ctx: Any, channel: str) -> Listener:
         abort(503, "Live updates are unavailable right now; try again shortly.", headers={"Retry-After": "5"})
 
 
-def project_stream(ctx: Any, project_id: str, last_event_id: str | None) -> Any:
+def project_stream(ctx: Streaming, project_id: str, last_event_id: str | None) -> Response:
     """Every new log entry of the project; after `last_event_id`, first what was missed.
 
     The listener subscribes before the log is read, so an entry committed in between is
@@ -48,10 +60,10 @@ def project_stream(ctx: Any, project_id: str, last_event_id: str | None) -> Any:
             if item["id"] not in replayed:
                 yield sse(item, item["id"])
 
-    return response(pump(listener, ctx.settings.stream_heartbeat, missed(), render))
+    return response(pump(listener, ctx.heartbeat, missed(), render))
 
 
-def inbox_stream(ctx: Any, project_id: str, subscriber_id: str, expires_at: float | None) -> Any:
+def inbox_stream(ctx: Streaming, project_id: str, subscriber_id: str, expires_at: float | None) -> Response:
     """A subscriber's new inbox items (`event: item`) and unread count (`event: unread`)."""
     listener = _listen(ctx, live.inbox_channel(project_id, subscriber_id))
 
@@ -65,4 +77,4 @@ def inbox_stream(ctx: Any, project_id: str, subscriber_id: str, expires_at: floa
                 yield sse(item, item["id"], event="item")
         yield from counts()
 
-    return response(pump(listener, ctx.settings.stream_heartbeat, counts(), render, expires_at))
+    return response(pump(listener, ctx.heartbeat, counts(), render, expires_at))
