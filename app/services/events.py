@@ -28,9 +28,8 @@ INVALID = "Invalid request."
 # the log after a later one was already streamed.
 RESUME_OVERLAP = timedelta(seconds=10)
 REPLAY_PAGE = 500
-# Subscriber and batch filters start from their messages, then read those messages' events.
-SUBSCRIBER_MESSAGES = "SELECT id FROM messages WHERE project_id = :project AND subscriber_id = :subscriber"
-BATCH_MESSAGES = "SELECT id FROM messages WHERE batch_id = CAST(:batch AS uuid) AND project_id = :project"
+# What the log's projections read of a message (app.event_log).
+CHOSEN_COLUMNS = "id, project_id, channel, subscriber_id, batch_id, sent_at, provider, provider_message_id, test"
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,7 @@ def log_sql(query: LogQuery, limit: int) -> tuple[str, dict[str, Any]]:
     beyond = "<" if query.newest_first else ">"
     if query.after is not None:
         params["after_at"], params["after_key"] = query.after
+    chosen = _chosen_messages(query)
     branches = []
     # One branch per type asked for: each is then a top-N scan of (project, type, at), where
     # `type = ANY(…)` would have to read every matching row to sort them.
@@ -72,27 +72,40 @@ def log_sql(query: LogQuery, limit: int) -> tuple[str, dict[str, Any]]:
         if kind is not None:
             params[f"type{index}"] = kind
             where.append(f"e.type = :type{index}")
-        if query.subscriber_id is not None:
-            where.append(f"e.message_id IN ({SUBSCRIBER_MESSAGES})")
-        if query.batch_id is not None:
-            where.append(f"e.message_id IN ({BATCH_MESSAGES})")
-        branches.append(
-            f"SELECT {STORED_COLUMNS} FROM events e LEFT JOIN messages m ON m.id = e.message_id "
-            f"WHERE {' AND '.join(where)} ORDER BY e.at {order}, 'evt_' || e.id {order} LIMIT :limit"
-        )
+        top = f"ORDER BY e.at {order}, 'evt_' || e.id {order} LIMIT :limit"
+        if chosen:
+            # Per chosen message, its newest events by (message, at); never a walk of the project's log.
+            newest = f"SELECT * FROM events e WHERE e.message_id = m.id AND {' AND '.join(where)} {top}"
+            branches.append(f"SELECT {STORED_COLUMNS} FROM chosen m CROSS JOIN LATERAL ({newest}) e {top}")
+        else:
+            joined = "events e LEFT JOIN messages m ON m.id = e.message_id"
+            branches.append(f"SELECT {STORED_COLUMNS} FROM {joined} WHERE {' AND '.join(where)} {top}")
     if not query.types or EventType.SENT in query.types:
         where = ["m.project_id = :project", "m.sent_at IS NOT NULL"]
         where += _filters(query, "m.sent_at", "m.id", "'sent_' || m.id", beyond)
-        if query.subscriber_id is not None:
-            where.append("m.subscriber_id = :subscriber")
-        if query.batch_id is not None:
-            where.append("m.batch_id = CAST(:batch AS uuid)")
         branches.append(
-            f"SELECT {SENT_COLUMNS} FROM messages m "
-            f"WHERE {' AND '.join(where)} ORDER BY m.sent_at {order}, 'sent_' || m.id {order} LIMIT :limit"
+            f"SELECT {SENT_COLUMNS} FROM {'chosen' if chosen else 'messages'} m WHERE {' AND '.join(where)} "
+            f"ORDER BY m.sent_at {order}, 'sent_' || m.id {order} LIMIT :limit"
         )
     union = " UNION ALL ".join(f"({branch})" for branch in branches)
-    return f"SELECT * FROM ({union}) log ORDER BY at {order}, key {order} LIMIT :limit", params
+    prelude = f"WITH chosen AS MATERIALIZED ({chosen}) " if chosen else ""
+    return f"{prelude}SELECT * FROM ({union}) log ORDER BY at {order}, key {order} LIMIT :limit", params
+
+
+def _chosen_messages(query: LogQuery) -> str | None:
+    """The messages a subscriber or batch filter names, read first by their own index.
+
+    Materialised, so the planner cannot choose instead to walk the project's whole log
+    newest first and test each entry's message (the benchmark caught it doing so).
+    """
+    where = ["project_id = :project"]
+    if query.subscriber_id is not None:
+        where.append("subscriber_id = :subscriber")
+    if query.batch_id is not None:
+        where.append("batch_id = CAST(:batch AS uuid)")
+    if len(where) == 1:
+        return None
+    return f"SELECT {CHOSEN_COLUMNS} FROM messages WHERE {' AND '.join(where)}"
 
 
 def _filters(query: LogQuery, at: str, message: str, key: str, beyond: str) -> list[str]:
