@@ -1,9 +1,16 @@
 """Live news over Redis pub/sub: what the event and inbox streams of every API process hear.
 
-Writers queue a message on their session and it is published after the commit, in one
-pipeline (one round trip) per transaction, so a listener never hears of a row it cannot
-read yet, and a rolled-back write is never heard of. Pub/sub keeps nothing: a listener
-that was away resumes from the delivery log (`Last-Event-ID`), never from Redis.
+Writers queue a message on their session and it is published after the commit, so a
+listener never hears of a row it cannot read yet, and a rolled-back write is never heard
+of. Pub/sub keeps nothing: a listener that was away resumes from the delivery log
+(`Last-Event-ID`), never from Redis.
+
+Most channels have no listener most of the time, so a process that listens marks the
+channel with a short-lived key (app.streams.Hub), and the publisher, after the commit,
+asks for those marks (one MGET) and encodes and publishes only what someone hears: a
+batch nobody streams costs one round trip. The mark is set before the subscription and
+the log replay, and checked after the commit, so an entry is either published to a
+listener that is there or committed before its replay reads the log.
 """
 
 from __future__ import annotations
@@ -34,8 +41,21 @@ def inbox_channel(project_id: str, subscriber_id: str) -> str:
     return f"{PREFIX}inbox:{project_id}:{subscriber_id}"
 
 
+# How long a channel stays marked as listened to; the hub renews it well before.
+LISTENING_TTL_SECONDS = 90
+
+
+def listening_key(channel: str) -> str:
+    return f"{PREFIX}listening:{channel}"
+
+
 def publish_after_commit(session: Session, channel: str, message: Any) -> None:
-    session.info.setdefault("live", []).append((channel, json.dumps(message, separators=(",", ":"))))
+    """Queue `message` (JSON-able; objects with `public()` are encoded through it)."""
+    session.info.setdefault("live", []).append((channel, message))
+
+
+def _encode(message: Any) -> str:
+    return json.dumps(message, separators=(",", ":"), default=lambda value: value.public())
 
 
 @event.listens_for(Session, "after_commit")
@@ -43,10 +63,17 @@ def _publish(session: Session) -> None:
     pending = session.info.pop("live", [])
     if not pending:
         return
+    client = redis_for(settings().redis_url)
     try:
-        with redis_for(settings().redis_url).pipeline(transaction=False) as pipe:
+        channels = sorted({channel for channel, _ in pending})
+        marks = client.mget([listening_key(channel) for channel in channels])
+        heard = {channel for channel, mark in zip(channels, marks, strict=True) if mark}
+        if not heard:
+            return
+        with client.pipeline(transaction=False) as pipe:
             for channel, message in pending:
-                pipe.publish(channel, message)
+                if channel in heard:
+                    pipe.publish(channel, _encode(message))
             pipe.execute()
     except redis.RedisError as error:
         # The rows are committed: clients that reconnect read them from the log.

@@ -20,10 +20,14 @@ from typing import Any
 import redis
 from flask import Response
 
+from app import live
+
 logger = logging.getLogger(__name__)
 
 # How long the hub thread blocks on Redis before it looks for new subscriptions.
 POLL_SECONDS = 0.2
+# How often the hub renews the marks of the channels it listens to (app.live).
+MARK_EVERY_SECONDS = 30
 SUBSCRIBE_TIMEOUT = 5.0
 CLOSED = object()
 
@@ -96,7 +100,7 @@ class Hub:
         while True:
             client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2, health_check_interval=30)
             try:
-                self._serve(client.pubsub())
+                self._serve(client, client.pubsub())
             except redis.RedisError as error:
                 logger.warning("live hub lost Redis (%s); open streams end and clients resume", error)
                 self._drop_everyone()
@@ -104,10 +108,14 @@ class Hub:
             finally:
                 client.close()
 
-    def _serve(self, pubsub: redis.client.PubSub) -> None:
+    def _serve(self, client: redis.Redis, pubsub: redis.client.PubSub) -> None:
         waiting: dict[str, list[threading.Event]] = {}
+        marked = time.monotonic()
         while True:
-            self._apply_commands(pubsub, waiting)
+            self._apply_commands(client, pubsub, waiting)
+            if time.monotonic() - marked > MARK_EVERY_SECONDS:
+                self._mark(client, list(self._listeners))
+                marked = time.monotonic()
             message = pubsub.get_message(timeout=POLL_SECONDS)
             if message is None:
                 continue
@@ -118,13 +126,24 @@ class Hub:
             elif message["type"] == "message":
                 self._dispatch(channel, json.loads(message["data"]))
 
-    def _apply_commands(self, pubsub: redis.client.PubSub, waiting: dict[str, list[threading.Event]]) -> None:
+    def _mark(self, client: redis.Redis, channels: list[str]) -> None:
+        """Tell publishers these channels have listeners (app.live publishes only to those)."""
+        with client.pipeline(transaction=False) as pipe:
+            for channel in channels:
+                pipe.set(live.listening_key(channel), 1, ex=live.LISTENING_TTL_SECONDS)
+            pipe.execute()
+
+    def _apply_commands(
+        self, client: redis.Redis, pubsub: redis.client.PubSub, waiting: dict[str, list[threading.Event]]
+    ) -> None:
         while True:
             try:
                 command, channel, ready = self._commands.get_nowait()
             except queue.Empty:
                 return
             if command == "subscribe":
+                # Marked before the subscription, which comes before the stream's log replay.
+                self._mark(client, [channel])
                 # Subscribing again is harmless, and its confirmation is the proof we wait for.
                 waiting.setdefault(channel, []).append(ready)  # type: ignore[arg-type]
                 pubsub.subscribe(channel)

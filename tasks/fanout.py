@@ -3,8 +3,9 @@
 Called inside the transaction that wrote the entries (or, for `sent`, the message rows
 they derive from). Webhook deliveries are inserted in that same transaction, so an entry
 and its deliveries commit together; the Redis publish and the webhook task leave after
-the commit. Per batch: one Redis round trip, one index probe for endpoints, and a delivery
-insert plus a task only for projects that have an endpoint.
+the commit. Per batch: one Redis round trip (and the encoding and publish only where a
+stream listens), one index probe for endpoints, and a delivery insert plus a task only for
+projects that have an endpoint.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from tasks import dispatch, webhook_store
 def announce(session: Session, entries: Sequence[LogEntry]) -> None:
     if not entries:
         return
-    by_project: dict[str, list[dict]] = defaultdict(list)
+    by_project: dict[str, list[LogEntry]] = defaultdict(list)
     for entry in entries:
-        by_project[entry.project_id].append(entry.public())
+        by_project[entry.project_id].append(entry)
         if entry.type == EventType.SENT and entry.channel == Channel.IN_APP and entry.subscriber_id:
             channel = live.inbox_channel(entry.project_id, entry.subscriber_id)
             live.publish_after_commit(session, channel, {"kind": "item", "id": entry.message_id})

@@ -1,4 +1,5 @@
-"""The live hub on a real Redis: one subscription per channel and process, a cap on streams."""
+"""Live news on a real Redis: the hub (one subscription per channel and process, a cap on
+streams) and the publisher, which publishes only what some hub listens to."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import uuid
 import pytest
 import redis
 
+from app import live
+from app.db import session_scope
 from app.streams import Busy, Hub, sse
 
 
@@ -48,3 +51,29 @@ def test_a_channel_nobody_listens_to_is_left(hub, settings):
 def test_sse_messages_are_framed_as_the_spec_says():
     assert sse({"a": 1}, "evt_1", "item") == 'id: evt_1\nevent: item\ndata: {"a":1}\n\n'
     assert sse([1]) == "data: [1]\n\n"
+
+
+def test_only_channels_someone_listens_to_are_published(client, settings):
+    channel = f"test:{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(settings.redis_url)
+    raw = client.pubsub(ignore_subscribe_messages=True)
+    raw.subscribe(channel)  # a subscriber that has not marked the channel, as no hub would
+    raw.get_message(timeout=1)
+
+    def publish(n: int) -> None:
+        with session_scope(settings.database_url) as session:
+            live.publish_after_commit(session, channel, {"n": n})
+
+    publish(1)
+    assert raw.get_message(timeout=0.5) is None
+    client.set(live.listening_key(channel), 1, ex=live.LISTENING_TTL_SECONDS)
+    publish(2)
+    assert json.loads(raw.get_message(timeout=5)["data"]) == {"n": 2}
+    raw.close()
+
+
+def test_a_hub_marks_the_channels_it_listens_to(hub, settings):
+    channel = f"test:{uuid.uuid4().hex}"
+    listener = hub.listen(channel)
+    assert redis.Redis.from_url(settings.redis_url).ttl(live.listening_key(channel)) > 0
+    listener.close()
