@@ -114,7 +114,9 @@ class Hub:
         while True:
             self._apply_commands(client, pubsub, waiting)
             if time.monotonic() - marked > MARK_EVERY_SECONDS:
-                self._mark(client, list(self._listeners))
+                with self._lock:
+                    channels = list(self._listeners)
+                self._mark(client, channels)
                 marked = time.monotonic()
             message = pubsub.get_message(timeout=POLL_SECONDS)
             if message is None:
