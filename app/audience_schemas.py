@@ -142,13 +142,22 @@ class TemplateContentSchema(Schema):
             raise ValidationError("Give a JSON object or array.")
 
 
+class TemplateTrackingSchema(Schema):
+    """Email only: turn the project's open or click tracking on or off for this template (null: as the project)."""
+
+    opens = fields.Boolean(allow_none=True)
+    clicks = fields.Boolean(allow_none=True)
+
+
 class TemplateCreateSchema(TemplateContentSchema):
     key = fields.String(required=True, validate=TEMPLATE_KEY)
     channel = fields.Enum(Channel, by_value=True, required=True)
+    tracking = fields.Nested(TemplateTrackingSchema)
 
 
 class TemplateUpdateSchema(TemplateContentSchema):
     channel = fields.Enum(Channel, by_value=True, metadata={"description": "Optional; must not change."})
+    tracking = fields.Nested(TemplateTrackingSchema, metadata={"description": "Kept from the last version if absent."})
 
 
 class TemplateFieldsSchema(Schema):
@@ -165,6 +174,7 @@ class TemplateFieldsSchema(Schema):
 
 
 class TemplateSchema(TemplateFieldsSchema):
+    tracking = fields.Nested(TemplateTrackingSchema, allow_none=True)
     key = fields.String()
     channel = fields.String()
     version = fields.Integer()

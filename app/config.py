@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from app.enums import Channel
 from providers import registry
 from providers.inbound import registry as inbound
+from providers.webhook import Network, networks
 
 
 class ConfigError(Exception):
@@ -66,8 +67,16 @@ class Settings:
     var_dir: Path = Path("var")
     visibility_timeout: int = 3600
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
-    # Where providers reach this API from outside (proxies hide it); the Twilio signature covers it.
-    public_url: str | None = None
+    # TIDINGS_PUBLIC_URL as set (None: the request's own URL): what the Twilio signature covers.
+    external_url: str | None = None
+    # Where browsers and mail clients reach this API: tracking, click and unsubscribe links.
+    public_url: str = "http://127.0.0.1:8000"
+    # Outbound webhooks: networks plain http and private addresses may reach, and the timeout.
+    webhook_allowed_networks: tuple[Network, ...] = ()
+    webhook_timeout: float = 10.0
+    # Seconds between keep-alive comments on an idle event stream.
+    stream_heartbeat: float = 15.0
+    api_threads: int = 32
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -115,9 +124,27 @@ class Settings:
                 window=_float(env, "BREAKER_WINDOW_SECONDS", 60.0, minimum=1.0),
                 cooldown=_float(env, "BREAKER_COOLDOWN_SECONDS", 30.0, minimum=0.1),
             ),
-            public_url=_optional_url(env, "TIDINGS_PUBLIC_URL", ("http", "https")),
+            external_url=_optional_url(env, "TIDINGS_PUBLIC_URL", ("http", "https")),
+            public_url=_public_url(env),
+            webhook_allowed_networks=_networks(env),
+            webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
+            stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
+            api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
             environ=env,
         )
+
+
+def _public_url(env: Mapping[str, str]) -> str:
+    host, port = env.get("TIDINGS_HOST", "127.0.0.1"), env.get("TIDINGS_PORT", "8000")
+    value = _url(env, "TIDINGS_PUBLIC_URL", ("http", "https"), f"http://{host}:{port}")
+    return value.rstrip("/")
+
+
+def _networks(env: Mapping[str, str]) -> tuple[Network, ...]:
+    try:
+        return tuple(networks(env.get("WEBHOOK_ALLOWED_NETWORKS", "")))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _require(env: Mapping[str, str], name: str) -> str:

@@ -69,6 +69,14 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
     UNKNOWN = "unknown"
+    # A project-level event: an outbound webhook endpoint was switched off (410, or failing for days).
+    WEBHOOK_DISABLED = "webhook_disabled"
+
+
+# Pipeline steps a customer never needs told: the 202 answer says accepted, and ready and
+# sending are internal. The delivery log, the live stream and webhooks carry every other type.
+INTERNAL_EVENT_TYPES = (EventType.ACCEPTED, EventType.READY, EventType.SENDING)
+PUBLIC_EVENT_TYPES = tuple(t for t in EventType if t not in INTERNAL_EVENT_TYPES)
 
 
 class CircuitState(StrEnum):
@@ -84,3 +92,23 @@ class SuppressionReason(StrEnum):
     COMPLAINT = "complaint"
     UNSUBSCRIBE = "unsubscribe"
     MANUAL = "manual"
+
+
+class WebhookDeliveryStatus(StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class InboxStatus(StrEnum):
+    """An in-app notification's state. The values sort unread > read > archived, so
+    `ORDER BY status DESC` lists unread first straight off the inbox index."""
+
+    UNREAD = "unread"
+    READ = "read"
+    ARCHIVED = "archived"
+
+
+assert sorted(InboxStatus, reverse=True) == [InboxStatus.UNREAD, InboxStatus.READ, InboxStatus.ARCHIVED]

@@ -66,7 +66,8 @@ View = TypeVar("View", bound=Callable[..., Any])
 
 def any_body(view: View) -> View:
     """Mark a route that reads its body itself, whatever its type: providers post their
-    webhooks as JSON, forms (Twilio) or text/plain (SNS), and sign the bytes as sent."""
+    webhooks as JSON, forms (Twilio) or text/plain (SNS), and sign the bytes as sent; mail
+    clients post one-click unsubscribes as forms."""
     view.any_body = True  # type: ignore[attr-defined]
     return view
 
@@ -74,7 +75,8 @@ def any_body(view: View) -> View:
 def install(app: Flask, api: TidingsApi) -> None:
     @app.before_request
     def require_json_body() -> None:
-        """A body we cannot read as JSON is a 415, not an empty request."""
+        """A body we cannot read as JSON is a 415, not an empty request (save for the few
+        routes marked `any_body`)."""
         if getattr(app.view_functions.get(request.endpoint or ""), "any_body", False):
             return
         if request.method in ("POST", "PUT", "PATCH") and request.content_length and not request.is_json:

@@ -35,10 +35,12 @@ from app.enums import (
     ACTIVE_STATUSES,
     Channel,
     EventType,
+    InboxStatus,
     KeyKind,
     MessageStatus,
     Priority,
     SuppressionReason,
+    WebhookDeliveryStatus,
 )
 
 
@@ -127,6 +129,16 @@ class Message(Base):
             "provider_message_id",
             postgresql_where=text("provider_message_id IS NOT NULL"),
         ),
+        # The delivery log's derived `sent` entries, newest first. Finalise stamps a whole
+        # batch with one sent_at, so B-tree deduplication keeps this to a few bytes a message.
+        Index(
+            "ix_messages_project_sent",
+            "project_id",
+            "sent_at",
+            postgresql_where=text("sent_at IS NOT NULL"),
+        ),
+        # The delivery log's batch filter; every message of a batch shares the key (deduplicated).
+        Index("ix_messages_batch", "batch_id", postgresql_where=text("batch_id IS NOT NULL")),
         Index(
             "ix_messages_active",
             "status",
@@ -203,14 +215,21 @@ class Attachment(Base):
 
 
 class Event(Base):
+    """One entry of the delivery log that the message row cannot tell.
+
+    `message_id` is empty for the few project-level events (an endpoint disabled).
+    """
+
     __tablename__ = "events"
     __table_args__ = (
         Index("ix_events_message_at", "message_id", "at"),
         Index("ix_events_project_at", "project_id", "at"),
+        # The log's type filter: a rare type is found without walking the project's whole log.
+        Index("ix_events_project_type_at", "project_id", "type", "at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    message_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
     project_id: Mapped[str] = mapped_column(String(64))
     type: Mapped[EventType] = mapped_column(_enum(EventType))
     at: Mapped[datetime] = _now()
@@ -233,6 +252,8 @@ class Template(Base):
     default_locale: Mapped[str] = mapped_column(String(35))
     # locale → {field: source}; fields per channel as in app.rendering.FIELDS.
     variants: Mapped[dict[str, Any]]
+    # Email only: {"opens": bool, "clicks": bool} overriding the project's tracking switches.
+    tracking: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = _now()
 
 
@@ -267,6 +288,63 @@ class ProjectProvider(Base):
     updated_at: Mapped[datetime] = _now()
 
 
+class Engagement(Base):
+    """Opens of a message and clicks per link: the first of each is an event, the rest a count."""
+
+    __tablename__ = "message_engagements"
+
+    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[EventType] = mapped_column(_enum(EventType), primary_key=True)
+    # The clicked URL; empty for opens. Only URLs of at most 2,000 characters are tracked.
+    link: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("''"))
+    count: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    first_at: Mapped[datetime] = _now()
+    last_at: Mapped[datetime] = _now()
+
+
+class InboxItem(Base):
+    """An in-app notification in its subscriber's inbox; the words live with the message."""
+
+    __tablename__ = "inbox_items"
+    __table_args__ = (
+        # Unread first, newest first, one subscriber at a time; unread counts read its prefix.
+        Index("ix_inbox_items_subscriber", "project_id", "subscriber_id", "status", "created_at", "message_id"),
+    )
+
+    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    subscriber_id: Mapped[str] = mapped_column(String(255))
+    status: Mapped[InboxStatus] = mapped_column(_enum(InboxStatus), server_default=text("'unread'"))
+    created_at: Mapped[datetime] = _now()
+    read_at: Mapped[datetime | None]
+    archived_at: Mapped[datetime | None]
+
+
+class WebhookEndpoint(Base):
+    """Where a project wants its events POSTed; secrets are stored encrypted (app.crypto)."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(String(200))
+    # Event types to send; empty: every type.
+    event_types: Mapped[list[str]] = mapped_column(ARRAY(String(16)), server_default=text("'{}'"))
+    # True: the endpoint takes a JSON array of events per POST.
+    batch: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    secret: Mapped[str] = mapped_column(Text)
+    # After a rotation the old secret signs too, until it expires.
+    previous_secret: Mapped[str | None] = mapped_column(Text)
+    previous_secret_expires_at: Mapped[datetime | None]
+    # Since when every attempt has failed; None after any success.
+    failing_since: Mapped[datetime | None]
+    disabled_at: Mapped[datetime | None]
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
 class InboundReceipt(Base):
     """A provider status event already applied: a webhook replayed with the same event is a no-op.
 
@@ -279,3 +357,51 @@ class InboundReceipt(Base):
     source: Mapped[str] = mapped_column(String(100), primary_key=True)
     key: Mapped[str] = mapped_column(Text, primary_key=True)
     received_at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True)
+
+
+class WebhookDelivery(Base):
+    """One signed POST to one endpoint (one event, or a batch of them), retried until it lands.
+
+    Its id is the `webhook-id` header, the same on every attempt, so receivers deduplicate.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at"),
+        Index(
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text("status IN ('pending', 'retrying')"),
+        ),
+        Index("ix_webhook_deliveries_sending", "claimed_at", postgresql_where=text("status = 'sending'")),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    endpoint_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("webhook_endpoints.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[WebhookDeliveryStatus] = mapped_column(
+        _enum(WebhookDeliveryStatus), server_default=text("'pending'")
+    )
+    # The events as sent: a list of {"type", "timestamp", "data"} (one item unless batched).
+    events: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    attempts: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    next_attempt_at: Mapped[datetime | None] = mapped_column(server_default=func.now())
+    claimed_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class WebhookAttempt(Base):
+    """One try of a delivery: what the receiver answered, or why there was no answer."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index("ix_webhook_attempts_delivery_at", "delivery_id", "at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = _now()
+    status_code: Mapped[int | None] = mapped_column(SmallInteger)
+    error: Mapped[str | None] = mapped_column(Text)
+    response: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int] = mapped_column(Integer)

@@ -51,6 +51,7 @@ FIELDS: Mapping[Channel, tuple[str, ...]] = {
     Channel.SMS: ("text",),
     Channel.PUSH: ("title", "body", "data"),
     Channel.WEBHOOK: ("payload",),
+    Channel.IN_APP: ("title", "body", "data"),
 }
 
 FORBIDDEN_NAMES = frozenset(
@@ -343,11 +344,11 @@ def pick_locale(available: Iterable[str], wanted: Sequence[str | None], default:
 def as_content(channel: Channel, rendered: Mapping[str, Any]) -> dict[str, Any]:
     """Rendered fields → message_contents columns, the shape deliver's claim reads.
 
-    Push keeps its title in `subject` and body in `text`, as inline push content does; its
-    data, and a webhook's JSON, go in `payload`, which deliver hands the adapter as the
+    Push and in-app keep their title in `subject` and body in `text`, as inline content does;
+    push data, and a webhook's JSON, go in `payload`, which deliver hands the adapter as the
     push data or the webhook's body.
     """
-    if channel is Channel.PUSH:
+    if channel in (Channel.PUSH, Channel.IN_APP):
         return {
             "subject": rendered.get("title"),
             "text": rendered.get("body"),

@@ -48,6 +48,18 @@ class QuietHoursSchema(Schema):
             raise ValidationError("start and end must differ.", "end")
 
 
+class TrackingSettingsSchema(Schema):
+    """Open and click tracking of email; templates may switch either for their messages."""
+
+    opens = fields.Boolean(load_default=False, dump_default=False)
+    clicks = fields.Boolean(load_default=False, dump_default=False)
+    transactional = fields.Boolean(
+        load_default=True,
+        dump_default=True,
+        metadata={"description": "false: transactional email is untracked unless its template says otherwise."},
+    )
+
+
 class ProjectSettingsSchema(Schema):
     """Audience rules for the whole project."""
 
@@ -69,6 +81,7 @@ class ProjectSettingsSchema(Schema):
         dump_default=None,
         metadata={"description": "Default quiet hours for subscribers who set none."},
     )
+    tracking = fields.Nested(TrackingSettingsSchema, load_default=dict, dump_default=dict)
 
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.
@@ -179,7 +192,8 @@ class SendSchema(Schema):
         kind = next(iter(to), None)
         expected = ADDRESS_FOR_CHANNEL.get(channel)
         if kind not in (None, "subscriber_id", expected):
-            errors["to"] = [f"A {channel} message goes to a subscriber_id or {expected}, not {kind}."]
+            fits = f"a subscriber_id or {expected}" if expected else "a subscriber_id (its inbox)"
+            errors["to"] = [f"A {channel} message goes to {fits}, not {kind}."]
         content = data.get("content") or {}
         if channel is Channel.EMAIL and "content" in data:
             if "subject" not in content:
@@ -215,6 +229,19 @@ class EventSchema(Schema):
     data = fields.Dict()
 
 
+class LinkClicksSchema(Schema):
+    url = fields.String()
+    clicks = fields.Integer()
+
+
+class EngagementSchema(Schema):
+    """Email tracking: every open and click counted, the first of each also an event."""
+
+    opens = fields.Integer()
+    clicks = fields.Integer()
+    links = fields.List(fields.Nested(LinkClicksSchema))
+
+
 class MessageSchema(Schema):
     id = fields.String()
     channel = fields.String()
@@ -236,13 +263,14 @@ class MessageSchema(Schema):
     sent_at = fields.DateTime(allow_none=True)
     metadata = fields.Dict()
     events = fields.List(fields.Nested(EventSchema))
+    engagement = fields.Nested(EngagementSchema)
 
 
 class MessageItemSchema(MessageSchema):
-    """A message in a list: without its timeline, which costs a query per message."""
+    """A message in a list: without its timeline and engagement, which cost queries per message."""
 
     class Meta:
-        exclude = ("events",)
+        exclude = ("events", "engagement")
 
 
 class MessagePageSchema(Schema):

@@ -30,7 +30,8 @@ def serve(settings: Settings, workers: int) -> None:
         "bind": f"{settings.host}:{settings.port}",
         "workers": workers,
         "worker_class": "gthread",
-        "threads": 4,
+        # An open event stream holds a thread; app.streams leaves four for ordinary requests.
+        "threads": settings.api_threads,
         "graceful_timeout": 10,
         "timeout": 30,
     }

@@ -107,6 +107,31 @@ def classify(response: requests.Response) -> ProviderError:
     return PermanentError(detail)
 
 
+def guarded_session(allowed: Sequence[Network]) -> requests.Session:
+    """A session whose every connection goes through `check_peer`, and that ignores proxies
+    from the environment (a proxy would hide the real target)."""
+    session = requests.Session()
+    session.trust_env = False
+    session.mount("http://", GuardedAdapter(allowed))
+    session.mount("https://", GuardedAdapter(allowed))
+    return session
+
+
+def signed_headers(webhook_id: str, body: str, keys: Sequence[bytes]) -> dict[str, str]:
+    """Standard Webhooks headers: `v1,` + base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`.
+
+    Several keys give several space-separated signatures, as the spec allows while a
+    secret is being rotated: a receiver holding either secret verifies the request.
+    """
+    timestamp = str(int(time.time()))
+    return {
+        "Content-Type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": " ".join(signing.sign(key, webhook_id, timestamp, body.encode()) for key in keys),
+    }
+
+
 def networks(raw: str) -> list[Network]:
     try:
         return [ipaddress.ip_network(item.strip()) for item in raw.split(",") if item.strip()]
@@ -123,11 +148,7 @@ class WebhookProvider:
 
     def __init__(self, secret: str, allowed: Sequence[Network], timeout: float):
         self.key = signing.secret_key(secret, "WEBHOOK_SIGNING_SECRET")
-        session = requests.Session()
-        session.trust_env = False  # a proxy from the environment would hide the real target
-        session.mount("http://", GuardedAdapter(allowed))
-        session.mount("https://", GuardedAdapter(allowed))
-        self.client = HttpClient("", timeout=timeout, classify=classify, session=session)
+        self.client = HttpClient("", timeout=timeout, classify=classify, session=guarded_session(allowed))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
@@ -152,13 +173,7 @@ class WebhookProvider:
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
-        timestamp = str(int(time.time()))
-        return {
-            "Content-Type": "application/json",
-            "webhook-id": message.message_id,
-            "webhook-timestamp": timestamp,
-            "webhook-signature": signing.sign(self.key, message.message_id, timestamp, body.encode()),
-        }
+        return signed_headers(message.message_id, body, [self.key])
 
 
 def payload(message: Outbound) -> Any:

@@ -14,7 +14,7 @@ from app.config import Settings
 from app.db import engine_for
 from tasks.queues import BEAT_QUEUE, worker_queues
 
-celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance"])
+celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance", "tasks.webhooks"])
 
 _settings: Settings | None = None
 
@@ -44,7 +44,11 @@ def configure(settings: Settings) -> Celery:
         task_time_limit=300,
         task_soft_time_limit=240,
         task_default_queue=BEAT_QUEUE,
-        task_routes={"tidings.release_due": BEAT_QUEUE, "tidings.sweep": BEAT_QUEUE},
+        task_routes={
+            "tidings.release_due": BEAT_QUEUE,
+            "tidings.sweep": BEAT_QUEUE,
+            "tidings.webhooks.release": BEAT_QUEUE,
+        },
         # One task per pool slot: a prefetched bulk task would make a transactional one
         # wait behind it, defeating the priority lanes.
         worker_prefetch_multiplier=1,
@@ -56,6 +60,7 @@ def configure(settings: Settings) -> Celery:
         beat_schedule={
             "release-due": {"task": "tidings.release_due", "schedule": 1.0},
             "sweep": {"task": "tidings.sweep", "schedule": settings.sweep_interval},
+            "release-webhooks": {"task": "tidings.webhooks.release", "schedule": 5.0},
         },
         timezone="UTC",
     )

@@ -17,7 +17,7 @@ from app.db import enqueue_after_commit, session_scope
 from app.enums import Priority
 from app.redis_client import redis_for
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import adapters, attachments, dispatch, failover, follow_ups, store
+from tasks import adapters, attachments, dispatch, failover, fanout, follow_ups, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
@@ -82,7 +82,7 @@ def send(
     outcomes = decide_all(config, runs)
     rows = {row.id: row for row in claimed}
     with session_scope(config.database_url) as session:
-        store.finalise(session, outcomes)
+        fanout.announce(session, store.finalise(session, outcomes))
         applied = follow_ups.apply(session, [r for _, run in runs for r in run.results], rows)
         store.record_events(session, events_for(outcomes, rows, applied))
         for countdown, group in waiting_groups(outcomes):

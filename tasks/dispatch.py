@@ -11,10 +11,12 @@ from celery.canvas import Signature
 
 from providers import registry
 from tasks.celery_app import celery_app
-from tasks.queues import deliver_queue, prepare_queue
+from tasks.queues import WEBHOOKS_QUEUE, deliver_queue, prepare_queue
 
 # Ids per task: large enough to make per-task overhead vanish, small enough to finish fast.
 CHUNK = 500
+# Webhook deliveries per task: each is a POST that may take the whole timeout.
+WEBHOOK_CHUNK = 50
 # A deliver task carries one provider batch where it can: a short task frees its worker
 # slot soon, so a transactional message never waits long behind a bulk one.
 MIN_DELIVER_CHUNK = 50
@@ -38,6 +40,14 @@ def deliver(provider: str, priority: str, ids: Sequence[str], countdown: float =
             **options,
         )
         for chunk in _chunks(ids, size)
+    ]
+
+
+def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signature]:
+    options = {"countdown": countdown} if countdown > 0 else {}
+    return [
+        celery_app.signature("tidings.webhooks.deliver", args=(chunk,), queue=WEBHOOKS_QUEUE, **options)
+        for chunk in _chunks(delivery_ids, WEBHOOK_CHUNK)
     ]
 
 

@@ -12,9 +12,12 @@ per message, in this order:
 4. inside the subscriber's quiet hours → scheduled until the window ends (not for
                                         required categories nor `bypass_quiet_hours`)
 5. the template does not render       → failed (a missing variable is never a blank)
-6. otherwise                          → ready, and on to its deliver lane: the first provider
+6. in-app                             → sent: stored in the subscriber's inbox, no provider
+7. otherwise                          → ready, and on to its deliver lane: the first provider
                                         of its channel whose circuit is not open (one Redis
-                                        read per batch, tasks/routing.py).
+                                        read per batch, tasks/routing.py); emails gain open
+                                        and click tracking and List-Unsubscribe as their
+                                        project and template say (app.tracking).
 
 Rendering comes last so that messages that will not go are never rendered.
 """
@@ -23,11 +26,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from app.addresses import normalise_address
 from app.db import enqueue_after_commit, session_scope
@@ -35,7 +39,8 @@ from app.enums import Channel, EventType, MessageStatus
 from app.policy import ProjectRules, held_until, opted_out
 from app.redis_client import redis_for
 from app.rendering import RenderError, as_content, render_version
-from tasks import dispatch, prepare_store, routing, store
+from app.tracking import extras_for, tracked_html, unsubscribe_headers
+from tasks import dispatch, fanout, prepare_store, routing, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
 from tasks.prepare_store import Closed, Rendered
@@ -49,6 +54,7 @@ class Plan:
     held: list[tuple[str, datetime]] = field(default_factory=list)
     rendered: list[Rendered] = field(default_factory=list)
     ready: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, provider, priority, address
+    inbox: list[tuple[str, str]] = field(default_factory=list)  # id, subscriber id
     events: list[store.NewEvent] = field(default_factory=list)
 
     def close(self, row: Row, status: MessageStatus, event: EventType, data: dict[str, Any]) -> None:
@@ -83,6 +89,7 @@ def prepare(ids: list[str]) -> None:
         for row in rows:
             project_rules = rules.setdefault(row.project_id, ProjectRules.from_settings(row.project_settings))
             decide(row, addresses[row.id], suppressed, versions, project_rules, plan, routes)
+        add_email_extras(session, plan, {row.id: row for row in rows}, versions, config.public_url)
         prepare_store.write_content(session, plan.rendered)
         prepare_store.close(session, plan.closed)
         prepare_store.hold(session, plan.held)
@@ -90,6 +97,7 @@ def prepare(ids: list[str]) -> None:
             session, [r[0] for r in plan.ready], [r[1] for r in plan.ready], [r[3] for r in plan.ready]
         )
         store.record_events(session, plan.events)
+        fanout.announce(session, prepare_store.to_inbox(session, plan.inbox))
         lanes: dict[tuple[str, str], list[str]] = defaultdict(list)
         for message_id, provider, priority, _ in plan.ready:
             lanes[(provider, priority)].append(message_id)
@@ -132,6 +140,9 @@ def decide(
         except RenderError as error:
             data = {"reason": f"render error in {error.field}: {error.detail}"}
             return plan.close(row, MessageStatus.FAILED, EventType.FAILED, data)
+    if row.channel == Channel.IN_APP:
+        plan.inbox.append((row.id, address))
+        return None
     provider = "log" if row.test else routes[Channel(row.channel)]
     plan.ready.append((row.id, provider, row.priority, address))
     return None
@@ -175,4 +186,36 @@ def subscriber_address(row: Row) -> str | None:
             return row.push_tokens[0] if row.push_tokens else None
         case Channel.WEBHOOK:
             return (row.subscriber_data or {}).get("webhook_url")
+        case Channel.IN_APP:
+            return row.subscriber_id  # the inbox is the subscriber's own
     return None
+
+
+def add_email_extras(
+    session: Session, plan: Plan, rows: Mapping[str, Row], versions: Mapping[tuple[str, str, int], Row], public_url: str
+) -> None:
+    """Tracking and List-Unsubscribe for the batch's ready emails, as their project and
+    template say. Inline html is read only for the messages tracking rewrites."""
+    wanted = []
+    for message_id, _, _, address in plan.ready:
+        row = rows[message_id]
+        if row.channel != Channel.EMAIL:
+            continue
+        template = versions.get((row.project_id, row.template, row.template_version)) if row.template else None
+        extras = extras_for(row.project_settings, template.tracking if template else None, row.priority, row.category)
+        if extras:
+            wanted.append((row, address, extras))
+    rendered = {r.message_id: r for r in plan.rendered}
+    inline = prepare_store.inline_html(
+        session, [row.id for row, _, extras in wanted if (extras.opens or extras.clicks) and row.id not in rendered]
+    )
+    for row, address, extras in wanted:
+        base = rendered.get(row.id) or Rendered(row.id)
+        html = base.html if row.id in rendered else inline.get(row.id)
+        if html and (extras.opens or extras.clicks):
+            html = tracked_html(html, public_url, row.project_id, row.id, extras)
+        headers = None
+        if extras.unsubscribe:
+            headers = unsubscribe_headers(public_url, row.project_id, row.id, row.subscriber_id, address, row.category)
+        rendered[row.id] = replace(base, html=html, headers=headers)
+    plan.rendered = list(rendered.values())

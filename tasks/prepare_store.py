@@ -20,6 +20,7 @@ from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from app.enums import MessageStatus
+from app.event_log import SENT_COLUMNS, LogEntry, entry
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Rendered:
     text: str | None = None
     html: str | None = None
     payload: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def template_versions(session: Session, wanted: Collection[tuple[str, str, int]]
     return session.execute(
         text(
             """
-            SELECT t.project_id, t.key, t.version, t.channel, t.default_locale, t.variants, t.created_at
+            SELECT t.project_id, t.key, t.version, t.channel, t.default_locale, t.variants, t.tracking, t.created_at
             FROM templates t
             JOIN unnest(CAST(:projects AS text[]), CAST(:keys AS text[]), CAST(:versions AS int[]))
                  AS w(project_id, key, version)
@@ -103,18 +105,34 @@ def active_suppressions(session: Session, candidates: Collection[tuple[str, str,
     return {(r.project_id, r.channel, r.address): r.reason for r in rows}
 
 
+def inline_html(session: Session, ids: Sequence[str]) -> dict[str, str]:
+    """The html of messages sent with inline content, for the ones tracking rewrites."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            "SELECT message_id::text AS id, html FROM message_contents "
+            "WHERE message_id = ANY(CAST(:ids AS uuid[])) AND html IS NOT NULL"
+        ),
+        {"ids": list(ids)},
+    ).all()
+    return {row.id: row.html for row in rows}
+
+
 def write_content(session: Session, rendered: Sequence[Rendered]) -> None:
-    """Store what templates rendered, where deliver's claim reads content from."""
+    """Store what templates rendered and tracking added, where deliver's claim reads content
+    from. A field left None keeps what is stored (inline content that only gains headers)."""
     if not rendered:
         return
     session.execute(
         text(
             """
             UPDATE message_contents c
-            SET subject = v.subject, text = v.text, html = v.html, payload = v.payload
+            SET subject = COALESCE(v.subject, c.subject), text = COALESCE(v.text, c.text),
+                html = COALESCE(v.html, c.html), payload = COALESCE(v.payload, c.payload), headers = v.headers
             FROM unnest(CAST(:ids AS uuid[]), CAST(:subjects AS text[]), CAST(:texts AS text[]),
-                        CAST(:htmls AS text[]), CAST(:payloads AS jsonb[]))
-                 AS v(id, subject, text, html, payload)
+                        CAST(:htmls AS text[]), CAST(:payloads AS jsonb[]), CAST(:headers AS jsonb[]))
+                 AS v(id, subject, text, html, payload, headers)
             WHERE c.message_id = v.id
             """
         ),
@@ -124,6 +142,7 @@ def write_content(session: Session, rendered: Sequence[Rendered]) -> None:
             "texts": [r.text for r in rendered],
             "htmls": [r.html for r in rendered],
             "payloads": [None if r.payload is None else json.dumps(r.payload) for r in rendered],
+            "headers": [None if r.headers is None else json.dumps(r.headers) for r in rendered],
         },
     )
 
@@ -185,3 +204,30 @@ def mark_ready(session: Session, ids: Sequence[str], providers: Sequence[str], a
         ),
         {"ids": list(ids), "providers": list(providers), "addresses": list(addresses)},
     )
+
+
+def to_inbox(session: Session, items: Sequence[tuple[str, str]]) -> list[LogEntry]:
+    """In-app messages need no provider: each (message id, subscriber id) becomes an item of
+    the subscriber's inbox and is `sent` in the same statement. Returns their `sent` entries."""
+    if not items:
+        return []
+    rows = session.execute(
+        text(
+            f"""
+            WITH m AS (
+                UPDATE messages m
+                SET status = 'sent', provider = 'inbox', to_address = v.subscriber,
+                    ready_at = now(), sent_at = now(), updated_at = now()
+                FROM unnest(CAST(:ids AS uuid[]), CAST(:subscribers AS text[])) AS v(id, subscriber)
+                WHERE m.id = v.id AND m.status = 'accepted'
+                RETURNING m.*
+            ), stored AS (
+                INSERT INTO inbox_items (message_id, project_id, subscriber_id)
+                SELECT id, project_id, subscriber_id FROM m
+            )
+            SELECT {SENT_COLUMNS} FROM m
+            """
+        ),
+        {"ids": [i for i, _ in items], "subscribers": [s for _, s in items]},
+    ).all()
+    return [entry(row) for row in rows]

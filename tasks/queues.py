@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from app.enums import Priority
 
 BEAT_QUEUE = "beat"
+# Outbound webhooks: after the message lanes, so receivers never slow a send.
+WEBHOOKS_QUEUE = "webhooks"
 PRIORITIES_IN_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
 
 
@@ -29,5 +31,5 @@ def worker_queues(providers: Iterable[str]) -> list[str]:
     for priority in PRIORITIES_IN_ORDER:
         queues.append(prepare_queue(priority))
         queues.extend(deliver_queue(provider, priority) for provider in names)
-    queues.append(BEAT_QUEUE)
+    queues.extend((WEBHOOKS_QUEUE, BEAT_QUEUE))
     return queues

@@ -17,6 +17,8 @@ from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from app.enums import MessageStatus
+from app.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
+from tasks import fanout
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Finalised:
 
 @dataclass(frozen=True)
 class NewEvent:
-    message_id: str
+    message_id: str | None  # None for a project-level event
     project_id: str
     type: str
     data: dict[str, Any]
@@ -138,13 +140,16 @@ def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> Non
     )
 
 
-def finalise(session: Session, outcomes: Sequence[Finalised]) -> None:
-    """Write every message's fate after a provider call in one statement."""
+def finalise(session: Session, outcomes: Sequence[Finalised]) -> list[LogEntry]:
+    """Write every message's fate after a provider call in one statement.
+
+    Returns the derived `sent` entries of the messages sent, for the caller to announce.
+    """
     if not outcomes:
-        return
-    session.execute(
+        return []
+    rows = session.execute(
         text(
-            """
+            f"""
             UPDATE messages m
             SET status = v.status, provider_message_id = v.provider_message_id, error = v.error,
                 next_attempt_at = v.next_attempt_at, attempts = m.attempts - v.refund,
@@ -155,6 +160,7 @@ def finalise(session: Session, outcomes: Sequence[Finalised]) -> None:
                         CAST(:refunds AS smallint[]))
                  AS v(id, status, provider_message_id, error, next_attempt_at, refund)
             WHERE m.id = v.id AND m.status = 'sending'
+            RETURNING m.status, {SENT_COLUMNS}
             """
         ),
         {
@@ -165,19 +171,25 @@ def finalise(session: Session, outcomes: Sequence[Finalised]) -> None:
             "next_attempts": [o.next_attempt_at for o in outcomes],
             "refunds": [int(o.refund_attempt) for o in outcomes],
         },
-    )
+    ).all()
+    return [entry(row) for row in rows if row.status == MessageStatus.SENT]
 
 
-def record_events(session: Session, events: Sequence[NewEvent]) -> None:
-    """Insert the events that cannot be derived from the message row, in one statement."""
+def record_events(session: Session, events: Sequence[NewEvent]) -> list[LogEntry]:
+    """Insert the events that cannot be derived from the message row, in one statement,
+    and announce them to live streams and webhook endpoints (tasks.fanout)."""
     if not events:
-        return
-    session.execute(
+        return []
+    rows = session.execute(
         text(
-            """
-            INSERT INTO events (message_id, project_id, type, data)
-            SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:projects AS text[]),
-                                 CAST(:types AS text[]), CAST(:data AS jsonb[]))
+            f"""
+            WITH e AS (
+                INSERT INTO events (message_id, project_id, type, data)
+                SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:projects AS text[]),
+                                     CAST(:types AS text[]), CAST(:data AS jsonb[]))
+                RETURNING *
+            )
+            SELECT {STORED_COLUMNS} FROM e LEFT JOIN messages m ON m.id = e.message_id ORDER BY e.id
             """
         ),
         {
@@ -186,4 +198,7 @@ def record_events(session: Session, events: Sequence[NewEvent]) -> None:
             "types": [e.type for e in events],
             "data": [json.dumps(e.data) for e in events],
         },
-    )
+    ).all()
+    entries = [entry(row) for row in rows]
+    fanout.announce(session, entries)
+    return entries

@@ -8,6 +8,7 @@ a project of their own, exactly as tenants are isolated in production.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from celery.contrib.testing.worker import start_worker
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import create_engine, text
+from werkzeug.serving import make_server
 
 from app import migrate
 from app.api import create_app
@@ -83,13 +85,15 @@ def settings(
     server_urls: tuple[str, str], fake_provider: FakeProviderServer, backup_provider: FakeProviderServer
 ) -> Settings:
     """Email goes to the local fake provider, failing over to a second one; the other
-    channels go to the log provider."""
+    channels go to the log provider. Outbound webhooks may reach receivers on 127.0.0.1."""
     return Settings.from_env(
         make_env(
             *server_urls,
             EMAIL_PROVIDER="fake,fake2",
             FAKE_PROVIDER_URL=fake_provider.url,
             FAKE2_PROVIDER_URL=backup_provider.url,
+            WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+            STREAM_HEARTBEAT_SECONDS="0.5",
         )
     )
 
@@ -115,6 +119,16 @@ def engine(migrated: Settings):
 @pytest.fixture(scope="session")
 def app(migrated: Settings) -> Flask:
     return create_app(migrated)
+
+
+@pytest.fixture(scope="session")
+def live_api(app: Flask) -> Iterator[str]:
+    """The API over real HTTP on 127.0.0.1, for streams and for what mail clients send."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
 
 
 @pytest.fixture

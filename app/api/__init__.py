@@ -13,6 +13,7 @@ from app.db import session_factory
 from app.errors import TidingsApi, install
 from app.ratelimit import ApiRateLimiter
 from app.redis_client import redis_for
+from app.streams import Hub
 from tasks import celery_app as celery
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -26,6 +27,7 @@ class Context:
     db: sessionmaker[Session]
     redis: redis.Redis
     limiter: ApiRateLimiter
+    hub: Hub
 
 
 def context() -> Context:
@@ -33,7 +35,20 @@ def context() -> Context:
 
 
 def create_app(settings: Settings) -> Flask:
-    from app.api import admin, health, inbound, messages, metrics, subscribers, suppressions, templates
+    from app.api import (
+        admin,
+        events,
+        health,
+        inbound,
+        inbox,
+        messages,
+        metrics,
+        public,
+        subscribers,
+        suppressions,
+        templates,
+        webhooks,
+    )
 
     celery.configure(settings)
     app = Flask("tidings")
@@ -48,8 +63,9 @@ def create_app(settings: Settings) -> Flask:
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
     )
     client = redis_for(settings.redis_url)
+    hub = Hub(settings.redis_url, max_listeners=max(settings.api_threads - 4, 1))
     app.extensions["tidings"] = Context(
-        settings, session_factory(settings.database_url), client, ApiRateLimiter(client)
+        settings, session_factory(settings.database_url), client, ApiRateLimiter(client), hub
     )
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
@@ -63,6 +79,10 @@ def create_app(settings: Settings) -> Flask:
         subscribers.blp,
         suppressions.blp,
         templates.blp,
+        events.blp,
+        webhooks.blp,
+        inbox.blp,
+        public.blp,
     ):
         api.register_blueprint(blueprint)
     return app

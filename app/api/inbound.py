@@ -26,8 +26,8 @@ blp.before_request(raise_body_limit)
 def webhook_request() -> WebhookRequest:
     """The request as the provider sent it, at the URL it called: TIDINGS_PUBLIC_URL in front
     of the path when set, since a proxy hides the outside address from us."""
-    public_url = context().settings.public_url
-    url = public_url + request.full_path.rstrip("?") if public_url else request.url
+    external_url = context().settings.external_url
+    url = external_url + request.full_path.rstrip("?") if external_url else request.url
     headers = {name.lower(): value for name, value in request.headers.items()}
     return WebhookRequest(url, headers, request.get_data())
 

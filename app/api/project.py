@@ -35,14 +35,19 @@ def raise_body_limit() -> None:
 
 
 def authenticate_and_limit() -> None:
-    ctx = context()
-    caller = require_project_key(ctx.db)
-    if caller.rate_limit_per_min:
-        verdict = ctx.limiter.check(caller.project_id, caller.rate_limit_per_min)
-        if verdict is not None:
-            g.rate_limit_headers = verdict.headers()
-            if not verdict.allowed:
-                abort(429, "Rate limit exceeded; retry after the window resets.")
+    caller = require_project_key(context().db)
+    limit(caller.project_id, caller.rate_limit_per_min)
+
+
+def limit(bucket: str, per_minute: int | None) -> None:
+    """Count the request against `bucket`'s budget; 429 when it is spent."""
+    if not per_minute:
+        return
+    verdict = context().limiter.check(bucket, per_minute)
+    if verdict is not None:
+        g.rate_limit_headers = verdict.headers()
+        if not verdict.allowed:
+            abort(429, "Rate limit exceeded; retry after the window resets.")
 
 
 def add_rate_limit_headers(response: Response) -> Response:

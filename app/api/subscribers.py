@@ -17,8 +17,9 @@ from app.audience_schemas import (
     SubscriberSchema,
 )
 from app.errors import field_error
+from app.event_schemas import SubscriberTokenRequestSchema, SubscriberTokenSchema
 from app.pagination import PageArgsSchema
-from app.services import preferences, subscribers
+from app.services import inbox, preferences, subscribers
 
 MAX_EXTERNAL_ID = 255
 
@@ -78,3 +79,11 @@ def get_preferences(external_id: str):
 def put_preferences(body: dict[str, Any], external_id: str):
     """Replace the subscriber's switches and quiet hours; required categories ignore them."""
     return preferences.put(context().db, g.caller.project_id, external_id, body)
+
+
+@blp.route("/subscribers/<external_id>/token", methods=["POST"])
+@blp.arguments(SubscriberTokenRequestSchema)
+@blp.response(200, SubscriberTokenSchema)
+def mint_subscriber_token(body: dict[str, Any], external_id: str):
+    """A short-lived token for this subscriber's browser: its inbox and inbox stream, nothing else."""
+    return inbox.mint_token(context().db, g.caller.project_id, external_id, body["ttl_seconds"])

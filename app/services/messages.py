@@ -18,10 +18,11 @@ from app.auth import Caller
 from app.db import enqueue_after_commit
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
+from app.event_log import sent_data
 from app.models import Event, Message, MessageContent
 from app.schemas import ADDRESS_FOR_CHANNEL
-from app.services import intake, templates
-from tasks import dispatch
+from app.services import engagement, intake, templates
+from tasks import dispatch, store
 
 INVALID = "Invalid request."
 
@@ -94,8 +95,6 @@ def accept(
 def _check_can_send(caller: Caller, channel: Channel, data: dict[str, Any]) -> None:
     if channel.value not in caller.channels:
         field_error(422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project.")
-    if channel is Channel.IN_APP:
-        field_error(422, INVALID, "json", "channel", "The in_app channel is not available in this version.")
 
 
 def request_fingerprint(raw_body: Any) -> str:
@@ -129,8 +128,9 @@ def get_message(db: sessionmaker[Session], project_id: str, message_id: str) -> 
         if found is None:
             abort(404, f"No message {message_id!r}.")
         stored = session.scalars(select(Event).where(Event.message_id == key).order_by(Event.at, Event.id)).all()
+        tracked = engagement.summary(session, key)
     message, meta = found
-    return {**message_view(message, meta), "events": timeline(message, list(stored))}
+    return {**message_view(message, meta), "events": timeline(message, list(stored)), "engagement": tracked}
 
 
 def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +199,7 @@ def cancel_message(db: sessionmaker[Session], project_id: str, message_id: str) 
                 f"The message is {current.value}: only messages no worker has claimed can be cancelled.",
                 errors={"status": [current.value]},
             )
-        session.add(Event(message_id=key, project_id=project_id, type=EventType.CANCELLED, data={}))
+        store.record_events(session, [store.NewEvent(str(key), project_id, EventType.CANCELLED, {})])
     return get_message(db, project_id, message_id)
 
 
@@ -247,16 +247,9 @@ def timeline(message: Message, stored: list[Event]) -> list[dict[str, Any]]:
         (message.created_at, EventType.SCHEDULED if was_scheduled else EventType.ACCEPTED, dict(test)),
         (message.ready_at, EventType.READY, {}),
         (message.claimed_at, EventType.SENDING, {"attempt": message.attempts}),
-        (message.sent_at, EventType.SENT, _sent_data(message)),
+        (message.sent_at, EventType.SENT, sent_data(message.provider, message.provider_message_id, message.test)),
     ]
     entries = [(at, kind.value, data) for at, kind, data in derived if at is not None]
     entries += [(event.at, event.type.value, event.data) for event in stored]
     entries.sort(key=lambda entry: entry[0])
     return [{"type": kind, "at": at, "data": data} for at, kind, data in entries]
-
-
-def _sent_data(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"provider": message.provider, "provider_message_id": message.provider_message_id}
-    if message.test:
-        data.update(test=True, note="test key: handled by the log provider, never a real provider")
-    return data

@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import enqueue_after_commit
+from app.enums import EventType
 from app.errors import abort
-from tasks import dispatch
+from tasks import dispatch, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import active_providers
 from tasks.pauses import ProviderPauses
@@ -25,7 +26,7 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
     They go back to `accepted`, so prepare checks them again (a suppression added since
     their death still holds) and picks today's provider for their channel.
     """
-    conditions, params = ["m.status = 'dead'"], {"limit": REQUEUE_LIMIT, "by": criteria["requested_by"]}
+    conditions, params = ["m.status = 'dead'"], {"limit": REQUEUE_LIMIT}
     for name, condition in (
         ("ids", "m.id = ANY(CAST(:ids AS uuid[]))"),
         ("project", "m.project_id = :project"),
@@ -45,23 +46,27 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
                 WITH dead AS (
                     SELECT m.id, m.attempts FROM messages m WHERE {" AND ".join(conditions)}
                     ORDER BY m.created_at LIMIT :limit FOR UPDATE SKIP LOCKED
-                ), requeued AS (
-                    UPDATE messages m
-                    SET status = 'accepted', attempts = 0, error = NULL, next_attempt_at = NULL,
-                        updated_at = now()
-                    FROM dead WHERE m.id = dead.id
-                    RETURNING m.id, m.project_id, m.priority, dead.attempts
-                ), logged AS (
-                    INSERT INTO events (message_id, project_id, type, data)
-                    SELECT id, project_id, 'requeued',
-                           jsonb_build_object('by', :by, 'previous_attempts', attempts)
-                    FROM requeued
                 )
-                SELECT id::text AS id, priority FROM requeued
+                UPDATE messages m
+                SET status = 'accepted', attempts = 0, error = NULL, next_attempt_at = NULL, updated_at = now()
+                FROM dead WHERE m.id = dead.id
+                RETURNING m.id::text AS id, m.project_id, m.priority, dead.attempts
                 """
             ),
             params,
         ).all()
+        store.record_events(
+            session,
+            [
+                store.NewEvent(
+                    row.id,
+                    row.project_id,
+                    EventType.REQUEUED,
+                    {"by": criteria["requested_by"], "previous_attempts": row.attempts},
+                )
+                for row in rows
+            ],
+        )
         for priority in {row.priority for row in rows}:
             ids = [row.id for row in rows if row.priority == priority]
             for signature in dispatch.prepare(ids, priority):

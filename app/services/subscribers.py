@@ -12,9 +12,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.addresses import normalise_address
 from app.audience_schemas import SubscriberImportRowSchema
+from app.enums import EventType
 from app.errors import abort
 from app.models import Subscriber
 from app.pagination import decode_cursor, page
+from tasks import store
+from tasks.store import NewEvent
 
 PROFILE = ("email", "phone", "push_tokens", "locale", "timezone", "data")
 
@@ -113,8 +116,8 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
 
     Kept: message ids, subscriber id, channel, status, timestamps, provider ids, metadata
     and events. Gone: the subscriber row, each message's address (also wherever an error
-    text or event echoes it) and content (subject, text, html, data, payload). Messages
-    not yet claimed are cancelled: they have nowhere to go. Suppressions stay, so an
+    text or event echoes it) and content (subject, text, html, data, payload), and its inbox.
+    Messages not yet claimed are cancelled: they have nowhere to go. Suppressions stay, so an
     address that bounced or unsubscribed is not contacted again if it comes back.
     """
     scope = {"project": project_id, "subscriber": external_id}
@@ -125,18 +128,20 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
         ).rowcount
         if deleted == 0:
             abort(404, f"No subscriber {external_id!r}.")
-        session.execute(
+        cancelled = session.execute(
             text(
                 f"""
-                WITH cancelled AS (
-                    UPDATE messages m SET status = 'cancelled', updated_at = now()
-                    WHERE {mine} AND m.status IN ('scheduled', 'accepted', 'ready', 'retrying')
-                    RETURNING m.id, m.project_id)
-                INSERT INTO events (message_id, project_id, type, data)
-                SELECT id, project_id, 'cancelled', '{{"reason": "subscriber erased"}}' FROM cancelled
+                UPDATE messages m SET status = 'cancelled', updated_at = now()
+                WHERE {mine} AND m.status IN ('scheduled', 'accepted', 'ready', 'retrying')
+                RETURNING m.id::text
                 """
             ),
             scope,
+        ).scalars()
+        reason = {"reason": "subscriber erased"}
+        store.record_events(session, [NewEvent(i, project_id, EventType.CANCELLED, reason) for i in cancelled])
+        session.execute(
+            text("DELETE FROM inbox_items WHERE project_id = :project AND subscriber_id = :subscriber"), scope
         )
         session.execute(
             text(

@@ -25,6 +25,7 @@ REQUIRED = {
     Channel.SMS: [("text",)],
     Channel.PUSH: [("title",), ("body",)],
     Channel.WEBHOOK: [("payload",)],
+    Channel.IN_APP: [("title",), ("body",)],
 }
 DEFAULT_LOCALE = "en"
 INVALID = "Invalid request."
@@ -35,8 +36,9 @@ def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> 
     channel: Channel = data["channel"]
     locale = data.get("locale") or DEFAULT_LOCALE
     variant = _variant(channel, data)
+    tracking = _tracking(channel, data.get("tracking"))
     with db.begin() as session:
-        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant})
+        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant}, tracking)
     if row is None:
         abort(409, f"Template {data['key']!r} exists already; PUT /v1/templates/{data['key']} changes it.")
     return present(row, locale)
@@ -54,10 +56,11 @@ def update(db: sessionmaker[Session], project_id: str, key: str, data: dict[str,
             field_error(422, INVALID, "json", "channel", f"Template {key!r} is for {latest.channel}.")
         locale = data.get("locale") or latest.default_locale
         variants = {**latest.variants, locale: _variant(latest.channel, data)}
-        if variants == latest.variants:
+        tracking = _tracking(latest.channel, data["tracking"]) if "tracking" in data else latest.tracking
+        if variants == latest.variants and tracking == latest.tracking:
             return present(latest, locale)
         row = _insert_version(
-            session, project_id, key, latest.version + 1, latest.channel, latest.default_locale, variants
+            session, project_id, key, latest.version + 1, latest.channel, latest.default_locale, variants, tracking
         )
     if row is None:
         abort(409, f"Template {key!r} changed at the same time; send the change again.")
@@ -129,6 +132,7 @@ def present(row: Template, locale: str) -> dict[str, Any]:
         "locale": locale,
         "default_locale": row.default_locale,
         "locales": sorted(row.variants),
+        "tracking": row.tracking,
         **row.variants[locale],
         "created_at": row.created_at,
     }
@@ -142,6 +146,7 @@ def _insert_version(
     channel: Channel,
     default_locale: str,
     variants: dict[str, Any],
+    tracking: dict[str, Any] | None = None,
 ) -> Template | None:
     """Write one version; None when that (key, version) exists already (the caller says why)."""
     return session.scalars(
@@ -153,6 +158,7 @@ def _insert_version(
             channel=channel,
             default_locale=default_locale,
             variants=variants,
+            tracking=tracking,
         )
         .on_conflict_do_nothing()
         .returning(Template)
@@ -168,6 +174,14 @@ def _version(session: Session, project_id: str, key: str, version: int | None, l
     if row is None:
         abort(404, f"No template {key!r}" + (f" version {version}." if version else "."))
     return row
+
+
+def _tracking(channel: Channel, tracking: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The template's tracking switches; only email is tracked. Nothing set is stored as None."""
+    if tracking and channel is not Channel.EMAIL:
+        field_error(422, INVALID, "json", "tracking", f"Only email is tracked, not {channel}.")
+    switches = {name: value for name, value in (tracking or {}).items() if value is not None}
+    return switches or None
 
 
 def _variant(channel: Channel, data: dict[str, Any]) -> dict[str, Any]:

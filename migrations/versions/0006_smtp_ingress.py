@@ -1,4 +1,4 @@
-"""smtp ingress: email extras (Reply-To, Cc, kept headers) and attachments stored once
+"""smtp ingress: email extras (Reply-To, Cc; kept headers use 0004's column) and attachments stored once
 
 Nullable columns only, so adding them rewrites nothing; `attachments` holds each file once
 for all the messages (one per recipient) that name it.
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0006"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -35,13 +35,11 @@ def upgrade() -> None:
     op.create_index(op.f("ix_attachments_project_id"), "attachments", ["project_id"], unique=False)
     op.add_column("message_contents", sa.Column("reply_to", sa.Text(), nullable=True))
     op.add_column("message_contents", sa.Column("cc", sa.Text(), nullable=True))
-    op.add_column("message_contents", sa.Column("headers", postgresql.JSONB(astext_type=sa.Text()), nullable=True))
     op.add_column("message_contents", sa.Column("attachment_ids", postgresql.ARRAY(sa.UUID()), nullable=True))
 
 
 def downgrade() -> None:
     op.drop_column("message_contents", "attachment_ids")
-    op.drop_column("message_contents", "headers")
     op.drop_column("message_contents", "cc")
     op.drop_column("message_contents", "reply_to")
     op.drop_index(op.f("ix_attachments_project_id"), table_name="attachments")

@@ -67,8 +67,8 @@ def message_count(engine, project_id: str) -> int:
             {"template": ["Unknown template 'welcome'."]},
         ),
         (
-            {"channel": "in_app", "to": {"subscriber_id": "u1"}, "content": {"text": "t"}},
-            {"channel": ["The in_app channel is not available in this version."]},
+            {"channel": "in_app", "to": {"email": "a@example.com"}, "content": {"text": "t"}},
+            {"to": ["A in_app message goes to a subscriber_id (its inbox), not email."]},
         ),
     ],
 )

@@ -202,7 +202,13 @@ def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, pr
             {"key": "k", "channel": "sms", "text": "t", "subject": "s"},
             {"subject": ["A sms template has no subject; it has text."]},
         ),
-        ({"key": "k", "channel": "in_app", "text": "t"}, {"channel": ["There are no templates for in_app."]}),
+        (
+            {"key": "k", "channel": "in_app", "text": "t"},
+            {
+                "_schema": ["A in_app template needs title or body."],
+                "text": ["A in_app template has no text; it has title, body, data."],
+            },
+        ),
         (
             {"key": "bad key!", "channel": "sms", "text": "t"},
             {"key": ["Use 1 to 128 of A-Z, a-z, 0-9, _ . and -."]},

@@ -14,7 +14,8 @@ def routed_queues(settings) -> set[str]:
         queues |= {s.options["queue"] for s in dispatch.prepare(["x"], priority)}
         for provider in active_providers(settings):
             queues |= {s.options["queue"] for s in dispatch.deliver(provider, priority, ["x"])}
-    for name in ("tidings.release_due", "tidings.sweep"):
+    queues |= {s.options["queue"] for s in dispatch.webhooks(["x"])}
+    for name in ("tidings.release_due", "tidings.sweep", "tidings.webhooks.release"):
         queues.add(celery_app.amqp.router.route({}, name)["queue"].name)
     return queues
 

@@ -1,0 +1,33 @@
+"""Project routes for the delivery log: a page at a time, or live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, g, request
+
+from app.api import context
+from app.api.project import project_blueprint
+from app.event_schemas import EventQuerySchema, LogPageSchema
+from app.services import events, live_streams
+
+blp = project_blueprint("events", __name__, description="The delivery log: what happened to each notification.")
+
+
+@blp.route("/events", methods=["GET"])
+@blp.arguments(EventQuerySchema, location="query")
+@blp.response(200, LogPageSchema)
+def list_events(filters: dict[str, Any]):
+    """The project's log, newest first; `sent` entries come from the messages themselves."""
+    return events.list_events(context().db, g.caller.project_id, filters)
+
+
+@blp.route("/events/stream", methods=["GET"])
+@blp.response(200, content_type="text/event-stream")
+@blp.alt_response(503)
+def stream_events() -> Response:
+    """Server-Sent Events: every new log entry as it happens. With `Last-Event-ID`, first
+    the entries since (from a few seconds before, so deduplicate on `id`)."""
+    ctx = context()
+    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
+    return live_streams.project_stream(streaming, g.caller.project_id, request.headers.get("Last-Event-ID"))

@@ -1,0 +1,119 @@
+"""The in-app inbox: read by the project's backend (project key) or by the subscriber's own
+browser with a subscriber token, which opens this subscriber's inbox and nothing else.
+
+EventSource cannot send headers, so the stream also takes the token as `?token=`.
+Answers allow any origin: the token travels in a header or the URL, never in a cookie.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, g, request
+from flask_smorest import Blueprint
+
+from app.api import context
+from app.api.project import add_rate_limit_headers, authenticate_and_limit, limit
+from app.auth import Caller, bearer_token, unauthorized
+from app.enums import InboxStatus, KeyKind
+from app.errors import abort
+from app.event_schemas import ChangedSchema, InboxCountSchema, InboxItemSchema, InboxPageSchema, InboxQuerySchema
+from app.models import Project
+from app.services import inbox, live_streams
+from app.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, verify
+
+blp = Blueprint("inbox", __name__, url_prefix="/v1", description="In-app notifications, for backends and browsers.")
+
+STREAM_ENDPOINT = "inbox.stream_inbox"
+
+
+@blp.before_request
+def authenticate() -> None:
+    """A subscriber token, or else a project key as on every project route."""
+    if request.method == "OPTIONS":
+        return
+    token = bearer_token() or (request.args.get("token") if request.endpoint == STREAM_ENDPOINT else None)
+    if token is None or not token.startswith(SUBSCRIBER_TOKEN_PREFIX):
+        authenticate_and_limit()
+        g.subscriber_scope = None
+        return
+    verified = verify(Purpose.SUBSCRIBER, token.removeprefix(SUBSCRIBER_TOKEN_PREFIX))
+    if verified is None or verified.expired:
+        unauthorized()
+    ctx = context()
+    with ctx.db() as session:
+        project = session.get(Project, verified.claims["p"])
+    if project is None:
+        unauthorized()
+    g.caller = Caller(project.id, tuple(project.channels), project.rate_limit_per_min, KeyKind.LIVE)
+    g.subscriber_scope = verified.claims["s"]
+    g.token_expires_at = verified.expires_at
+    # Browsers get a budget of their own, so they can never use up the backend's.
+    limit(f"{project.id}:inbox", project.rate_limit_per_min)
+
+
+blp.after_request(add_rate_limit_headers)
+
+
+@blp.after_request
+def allow_browsers(response: Response) -> Response:
+    response.headers["Access-Control-Allow-Origin"] = "*"
+    response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, Last-Event-ID"
+    response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+    response.headers["Access-Control-Max-Age"] = "600"
+    return response
+
+
+def mine(subscriber_id: str) -> str:
+    """The subscriber a route may touch: any with a project key, only its own with a token."""
+    scope = g.subscriber_scope
+    if scope is not None and scope != subscriber_id:
+        abort(403, "This token opens another subscriber's inbox.")
+    return subscriber_id
+
+
+@blp.route("/subscribers/<subscriber_id>/inbox", methods=["GET"])
+@blp.arguments(InboxQuerySchema, location="query")
+@blp.response(200, InboxPageSchema)
+def list_inbox(args: dict[str, Any], subscriber_id: str):
+    """Unread first, newest first; `status=archived` lists the archive."""
+    return inbox.items_page(
+        context().db, g.caller.project_id, mine(subscriber_id), args.get("status"), args.get("cursor"), args["limit"]
+    )
+
+
+@blp.route("/subscribers/<subscriber_id>/inbox/count", methods=["GET"])
+@blp.response(200, InboxCountSchema)
+def count_inbox(subscriber_id: str):
+    return inbox.counts_of(context().db, g.caller.project_id, mine(subscriber_id))
+
+
+@blp.route("/subscribers/<subscriber_id>/inbox/read-all", methods=["POST"])
+@blp.response(200, ChangedSchema)
+def read_all(subscriber_id: str):
+    return inbox.read_all(context().db, g.caller.project_id, mine(subscriber_id))
+
+
+@blp.route("/subscribers/<subscriber_id>/inbox/<message_id>/read", methods=["POST"])
+@blp.response(200, InboxItemSchema)
+def read(subscriber_id: str, message_id: str):
+    return inbox.mark(context().db, g.caller.project_id, mine(subscriber_id), message_id, InboxStatus.READ)
+
+
+@blp.route("/subscribers/<subscriber_id>/inbox/<message_id>/archive", methods=["POST"])
+@blp.response(200, InboxItemSchema)
+def archive(subscriber_id: str, message_id: str):
+    return inbox.mark(context().db, g.caller.project_id, mine(subscriber_id), message_id, InboxStatus.ARCHIVED)
+
+
+@blp.route("/inbox/stream", methods=["GET"])
+@blp.response(200, content_type="text/event-stream")
+@blp.alt_response(503)
+def stream_inbox() -> Response:
+    """Server-Sent Events for the token's subscriber: `item` for each new notification,
+    `unread` with the counts after every change. Ends when the token expires."""
+    if g.subscriber_scope is None:
+        abort(403, "The inbox stream takes a subscriber token (POST /v1/subscribers/{id}/token).")
+    ctx = context()
+    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
+    return live_streams.inbox_stream(streaming, g.caller.project_id, g.subscriber_scope, g.token_expires_at)

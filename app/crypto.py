@@ -1,0 +1,34 @@
+"""Secrets at rest: Fernet (AES-128-CBC + HMAC-SHA256) under a key derived from TIDINGS_SECRET_KEY.
+
+A database dump alone then reveals no webhook signing secret. The key is derived with
+HKDF rather than used as is, so the same TIDINGS_SECRET_KEY can also sign tokens
+(app.tokens) without one use weakening the other.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import cache
+
+from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from tasks.celery_app import settings
+
+
+@cache
+def _fernet(secret_key: str) -> Fernet:
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"tidings secrets at rest v1").derive(
+        secret_key.encode()
+    )
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+def encrypt(text: str) -> str:
+    return _fernet(settings().secret_key).encrypt(text.encode()).decode()
+
+
+def decrypt(token: str) -> str:
+    """Raises cryptography.fernet.InvalidToken when the key changed or the token was altered."""
+    return _fernet(settings().secret_key).decrypt(token.encode()).decode()

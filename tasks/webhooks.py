@@ -1,0 +1,140 @@
+"""Outbound webhooks: signed POSTs of log entries to each project's endpoints.
+
+Each delivery is claimed, POSTed with the database session closed, and settled in one
+statement per task, like a message. Its `webhook-id` is the same on every attempt.
+Failures wait 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h between the eight attempts;
+short waits ride on a countdown, long ones are parked in PostgreSQL and released by beat.
+A 410 disables the endpoint at once; so does a failure streak of five days; either
+writes a `webhook_disabled` event, which the project's other endpoints and streams hear.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import requests
+from sqlalchemy import Row
+
+from app.config import MAX_COUNTDOWN, Settings
+from app.crypto import decrypt
+from app.db import enqueue_after_commit, session_scope
+from app.enums import EventType, WebhookDeliveryStatus
+from providers import signing
+from providers.webhook import RefusedTarget, guarded_session, signed_headers
+from tasks import dispatch, store, webhook_store
+from tasks.celery_app import celery_app, settings
+from tasks.webhook_store import Attempt, Settled
+
+# Seconds to wait after each failed attempt; the attempt after the last wait is the last.
+RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
+MAX_ATTEMPTS = len(RETRY_WAITS) + 1
+DISABLE_AFTER_SECONDS = 5 * 24 * 3600
+PARALLEL_POSTS = 8
+RESPONSE_KEPT = 500
+# Beat leaves due deliveries this long to their countdown task before it dispatches them itself.
+RELEASE_GRACE_SECONDS = 10
+RELEASE_BATCH = 5000
+
+
+@celery_app.task(name="tidings.webhooks.deliver")
+def deliver_webhooks(ids: list[str]) -> None:
+    config = settings()
+    with session_scope(config.database_url) as session:
+        claimed = webhook_store.claim(session, ids)
+    if not claimed:
+        return
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_POSTS, len(claimed))) as pool:
+        attempts = list(pool.map(lambda row: post(row, config), claimed))
+    made = {row.id: row.attempts for row in claimed}
+    now = datetime.now(UTC)
+    settled = [settle(attempt, made[attempt.delivery_id], config, now) for attempt in attempts]
+    with session_scope(config.database_url) as session:
+        webhook_store.record_attempts(session, attempts, settled)
+        disabled = webhook_store.settle_endpoints(session, attempts, DISABLE_AFTER_SECONDS)
+        store.record_events(session, [disabled_event(row) for row in disabled if row.disabled])
+        for countdown, group in short_waits(settled):
+            for signature in dispatch.webhooks(group, countdown):
+                enqueue_after_commit(session, signature)
+
+
+@celery_app.task(name="tidings.webhooks.release")
+def release_webhooks() -> int:
+    """Dispatch deliveries whose wait is over and reclaim those a dead worker held."""
+    config = settings()
+    with session_scope(config.database_url) as session:
+        due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, config.claim_timeout, RELEASE_BATCH)
+        for signature in dispatch.webhooks(due):
+            enqueue_after_commit(session, signature)
+    return len(due)
+
+
+def webhook_id(delivery_id: str) -> str:
+    return "msg_" + delivery_id.replace("-", "")
+
+
+_local = threading.local()
+
+
+def http_session(config: Settings) -> requests.Session:
+    """One guarded session per thread (requests sessions are not meant to be shared) and
+    per set of allowed networks."""
+    sessions = _local.__dict__.setdefault("sessions", {})
+    if config.webhook_allowed_networks not in sessions:
+        sessions[config.webhook_allowed_networks] = guarded_session(config.webhook_allowed_networks)
+    return sessions[config.webhook_allowed_networks]
+
+
+def post(row: Row, config: Settings) -> Attempt:
+    """POST one delivery, signed with the current secret and, during a rotation, the previous one."""
+    body = json.dumps(row.events if row.batch else row.events[0], separators=(",", ":"), ensure_ascii=False)
+    keys = [
+        signing.secret_key(decrypt(secret), "webhook secret") for secret in (row.secret, row.previous_secret) if secret
+    ]
+    headers = signed_headers(webhook_id(row.id), body, keys)
+    started = time.monotonic()
+
+    def done(**result: object) -> Attempt:
+        elapsed = int((time.monotonic() - started) * 1000)
+        return Attempt(row.id, row.endpoint_id, elapsed, **result)  # type: ignore[arg-type]
+
+    try:
+        response = http_session(config).post(
+            row.url, data=body.encode(), headers=headers, timeout=config.webhook_timeout, allow_redirects=False
+        )
+    except RefusedTarget as error:
+        return done(error=f"refused target: {error}")
+    except requests.RequestException as error:
+        return done(error=f"{type(error).__name__}: {error}")
+    error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+    return done(status_code=response.status_code, response=response.text[:RESPONSE_KEPT], error=error)
+
+
+def settle(attempt: Attempt, attempts_made: int, config: Settings, now: datetime) -> Settled:
+    """A delivery's next state; retries of one run share `now`, so one task serves each wait."""
+    if attempt.ok:
+        return Settled(attempt.delivery_id, WebhookDeliveryStatus.SUCCEEDED)
+    if attempt.gone or attempts_made >= MAX_ATTEMPTS:
+        return Settled(attempt.delivery_id, WebhookDeliveryStatus.FAILED)
+    wait = RETRY_WAITS[attempts_made - 1] * config.retry_delay_scale
+    return Settled(attempt.delivery_id, WebhookDeliveryStatus.RETRYING, now + timedelta(seconds=wait))
+
+
+def short_waits(settled: Sequence[Settled]) -> list[tuple[float, list[str]]]:
+    """Retries due within a countdown's reach, grouped by their time; longer ones wait for beat."""
+    now = datetime.now(UTC)
+    groups: dict[datetime, list[str]] = defaultdict(list)
+    for item in settled:
+        if item.next_attempt_at is not None and (item.next_attempt_at - now).total_seconds() <= MAX_COUNTDOWN:
+            groups[item.next_attempt_at].append(item.delivery_id)
+    return [(max((at - now).total_seconds(), 0.0), ids) for at, ids in groups.items()]
+
+
+def disabled_event(row: Row) -> store.NewEvent:
+    data = {"endpoint_id": row.id, "url": row.url, "reason": row.disabled_reason}
+    return store.NewEvent(None, row.project_id, EventType.WEBHOOK_DISABLED, data)
