@@ -286,3 +286,58 @@ class ProviderStateSchema(Schema):
     paused = fields.Boolean()
     paused_reason = fields.String(allow_none=True)
     paused_seconds_left = fields.Float(allow_none=True, metadata={"description": "null: until resumed"})
+    breaker = fields.String(metadata={"description": "Circuit breaker: closed, half_open or open."})
+
+
+class DigestQuerySchema(Schema):
+    since = fields.AwareDateTime(
+        metadata={"description": "Count messages created from this time, cut to the hour (default: 24 h ago)."}
+    )
+    project = fields.String(validate=validate.Regexp(PROJECT_ID, error="Use 1 to 64 of a-z, 0-9 and -."))
+
+
+class StatusCountSchema(Schema):
+    project = fields.String()
+    channel = fields.String()
+    status = fields.String()
+    count = fields.Integer()
+
+
+class ThroughputSchema(Schema):
+    last_minute = fields.Integer(metadata={"description": "Messages providers took in the last 60-70 s."})
+    last_hour = fields.Integer(metadata={"description": "Messages providers took in the last hour."})
+
+
+class QueueDepthSchema(Schema):
+    name = fields.String()
+    depth = fields.Integer(metadata={"description": "Tasks waiting; each carries up to 500 message ids."})
+
+
+class LaneSchema(Schema):
+    name = fields.String(metadata={"description": "The queue the waiting messages are bound for."})
+    status = fields.String()
+    count = fields.Integer()
+    oldest_age_seconds = fields.Float()
+
+
+class ProjectCountSchema(Schema):
+    project = fields.String()
+    count = fields.Integer()
+
+
+class DeadLettersSchema(Schema):
+    total = fields.Integer()
+    by_project = fields.List(fields.Nested(ProjectCountSchema))
+
+
+class DigestSchema(Schema):
+    generated_at = fields.DateTime()
+    since = fields.DateTime()
+    project = fields.String(allow_none=True)
+    counts = fields.List(fields.Nested(StatusCountSchema))
+    totals = fields.Dict(keys=fields.String(), values=fields.Integer())
+    throughput = fields.Nested(ThroughputSchema)
+    queues = fields.List(fields.Nested(QueueDepthSchema))
+    lanes = fields.List(fields.Nested(LaneSchema))
+    providers = fields.List(fields.Nested(ProviderStateSchema))
+    dead_letters = fields.Nested(DeadLettersSchema, metadata={"description": "Dead letters of all time."})

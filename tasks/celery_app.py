@@ -14,7 +14,13 @@ from app.config import Settings
 from app.db import engine_for
 from tasks.queues import BEAT_QUEUE, worker_queues
 
-celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance"])
+celery_app = Celery(
+    "tidings",
+    include=["tasks.prepare", "tasks.deliver", "tasks.maintenance", "tasks.backlog", "tasks.rollup"],
+)
+
+# The periodic tasks; they run on the beat queue, away from the delivery lanes.
+BEAT_TASKS = ("tidings.release_due", "tidings.sweep", "tidings.fold_counts", "tidings.measure_backlog")
 
 _settings: Settings | None = None
 
@@ -44,7 +50,7 @@ def configure(settings: Settings) -> Celery:
         task_time_limit=300,
         task_soft_time_limit=240,
         task_default_queue=BEAT_QUEUE,
-        task_routes={"tidings.release_due": BEAT_QUEUE, "tidings.sweep": BEAT_QUEUE},
+        task_routes={name: BEAT_QUEUE for name in BEAT_TASKS},
         # One task per pool slot: a prefetched bulk task would make a transactional one
         # wait behind it, defeating the priority lanes.
         worker_prefetch_multiplier=1,
@@ -56,6 +62,8 @@ def configure(settings: Settings) -> Celery:
         beat_schedule={
             "release-due": {"task": "tidings.release_due", "schedule": 1.0},
             "sweep": {"task": "tidings.sweep", "schedule": settings.sweep_interval},
+            "fold-counts": {"task": "tidings.fold_counts", "schedule": 5.0},
+            "measure-backlog": {"task": "tidings.measure_backlog", "schedule": 15.0},
         },
         timezone="UTC",
     )

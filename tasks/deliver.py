@@ -4,6 +4,7 @@ size, and finalise every message of the batch in one statement."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
 from providers.base import Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import dispatch, store
+from tasks import dispatch, instrument, store
 from tasks.adapters import provider_instance
 from tasks.celery_app import celery_app, settings
 from tasks.pacing import ProviderPacer
@@ -41,6 +42,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:
         postpone(config, provider, priority, ids, paused_for)
+        increment(client, "pause_postponed", len(ids), provider=provider)
         return
     rate = config.rates.get(provider)
     if rate is not None:
@@ -67,6 +69,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         for countdown, group in waiting_groups(outcomes):
             for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                 enqueue_after_commit(session, signature)
+    instrument.delivered(client, provider, claimed, outcomes, run.call_seconds)
 
 
 def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float) -> None:
@@ -91,6 +94,7 @@ class SendRun:
     results: list[SendResult] = field(default_factory=list)
     unsent: list[Row] = field(default_factory=list)
     pause: tuple[float, str, str] | None = None  # seconds, cause, reason
+    call_seconds: list[float] = field(default_factory=list)  # one per provider call
 
 
 def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
@@ -100,7 +104,9 @@ def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
         if run.pause is not None:
             run.unsent.extend(chunk)
             continue
+        started = time.monotonic()
         results = send_chunk(adapter, chunk)
+        run.call_seconds.append(time.monotonic() - started)
         run.results.extend(results)
         stopper = next((r for r in results if r.outcome in PROVIDER_WIDE), None)
         if stopper is not None:

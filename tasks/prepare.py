@@ -31,8 +31,9 @@ from app.addresses import normalise_address
 from app.db import enqueue_after_commit, session_scope
 from app.enums import Channel, EventType, MessageStatus
 from app.policy import ProjectRules, held_until, opted_out
+from app.redis_client import redis_for
 from app.rendering import RenderError, as_content, render_version
-from tasks import dispatch, prepare_store, store
+from tasks import dispatch, instrument, prepare_store, store
 from tasks.celery_app import celery_app, settings
 from tasks.prepare_store import Closed, Rendered
 
@@ -90,6 +91,7 @@ def prepare(ids: list[str]) -> None:
         for (provider, priority), message_ids in lanes.items():
             for signature in dispatch.deliver(provider, priority, message_ids):
                 enqueue_after_commit(session, signature)
+    instrument.prepared(redis_for(config.redis_url), rows, plan)
 
 
 def decide(

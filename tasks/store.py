@@ -57,7 +57,7 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
               AND m.provider = :provider
               AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
             RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
-                      c.subject, c.text, c.html, c.metadata
+                      m.created_at, c.subject, c.text, c.html, c.metadata
             """
         ),
         {"ids": list(ids), "provider": provider},

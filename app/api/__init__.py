@@ -33,7 +33,7 @@ def context() -> Context:
 
 
 def create_app(settings: Settings) -> Flask:
-    from app.api import admin, health, messages, metrics, subscribers, suppressions, templates
+    from app.api import admin, health, messages, metrics, requests, subscribers, suppressions, templates
 
     celery.configure(settings)
     app = Flask("tidings")
@@ -54,6 +54,7 @@ def create_app(settings: Settings) -> Flask:
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)
+    requests.install(app)
     for blueprint in (
         health.blp,
         metrics.blp,

@@ -1,4 +1,4 @@
-"""Operator actions: requeue dead letters, pause and resume providers."""
+"""Operator actions: requeue dead letters, pause and resume providers, and their state."""
 
 from __future__ import annotations
 
@@ -68,7 +68,22 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
     return len(rows)
 
 
+# A circuit breaker's states, in the order an alert reads them: closed is healthy.
+BREAKER_STATES = ("closed", "half_open", "open")
+
+
+def breaker_state(client: redis.Redis, provider: str) -> str:
+    """The circuit breaker's state for `provider`, one of BREAKER_STATES.
+
+    The hook for the breaker (built beside this, with its state in Redis per provider):
+    the digest, `/metrics` and the MCP tools read breaker state only through here. Until
+    it lands, no breaker ever opens, so every provider reads as closed.
+    """
+    return "closed"
+
+
 def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+    """Every provider this deployment routes to: pace, pause and circuit-breaker state."""
     pauses = {pause.provider: pause for pause in ProviderPauses(client).all()}
     return [
         {
@@ -78,6 +93,7 @@ def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, A
             "paused": name in pauses,
             "paused_reason": pauses[name].reason if name in pauses else None,
             "paused_seconds_left": pauses[name].seconds_left if name in pauses else None,
+            "breaker": breaker_state(client, name),
         }
         for name in active_providers(settings)
     ]

@@ -1,0 +1,97 @@
+"""What is waiting: tasks in each broker queue, and messages in each lane with their age.
+
+The digest asks live; beat's `measure_backlog` stores the same numbers for `/metrics`
+every few seconds. A lane is the queue a waiting message is bound for: `accepted`
+messages wait for prepare.<priority>, `ready` ones for deliver.<provider>.<priority>.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db import session_scope
+from app.gauges import Gauge, store
+from app.redis_client import redis_for
+from tasks.celery_app import all_queues, celery_app, settings
+from tasks.queues import deliver_queue, prepare_queue
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    status: str
+    count: int
+    oldest_age_seconds: float
+
+
+def queue_depths(queues: Sequence[str]) -> dict[str, int]:
+    """Tasks waiting in each queue, asked of the broker (Redis or RabbitMQ) through kombu.
+
+    A queue nobody has published to yet does not exist on the broker: it is empty. Each
+    queue gets its own channel, because AMQP closes a channel on a failed passive declare.
+    """
+    depths: dict[str, int] = {}
+    with celery_app.connection_for_read() as connection:
+        for queue in queues:
+            channel = connection.channel()
+            try:
+                depths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+            except connection.channel_errors:
+                depths[queue] = 0
+            finally:
+                channel.close()
+    return depths
+
+
+def pending_lanes(session: Session, project: str | None = None) -> list[Lane]:
+    """Messages waiting for a worker, by lane, with the age of the oldest.
+
+    Age counts from acceptance, or from the time asked for when the message was scheduled:
+    the wait the recipient sees. Messages held back on purpose (a paused provider, a
+    provider's pace) are not waiting until their `next_attempt_at`. Only the partial index
+    of active messages is read, so this costs the backlog's size, not the table's.
+    `project` narrows it to one project's messages.
+    """
+    rows = session.execute(
+        text(
+            """
+            SELECT status, provider, priority, count(*) AS count,
+                   extract(epoch FROM now() - min(GREATEST(created_at, scheduled_at))) AS oldest
+            FROM messages
+            WHERE status IN ('accepted', 'ready')
+              AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+              AND (CAST(:project AS text) IS NULL OR project_id = :project)
+            GROUP BY status, provider, priority
+            """
+        ),
+        {"project": project},
+    ).all()
+    lanes = [
+        Lane(
+            prepare_queue(row.priority) if row.status == "accepted" else deliver_queue(row.provider, row.priority),
+            row.status,
+            row.count,
+            max(float(row.oldest), 0.0),
+        )
+        for row in rows
+    ]
+    return sorted(lanes, key=lambda lane: lane.name)
+
+
+@celery_app.task(name="tidings.measure_backlog")
+def measure_backlog() -> dict[str, int]:
+    """Store queue depths and lane ages for `/metrics` (beat runs it every few seconds)."""
+    config = settings()
+    depths = queue_depths(all_queues(config))
+    with session_scope(config.database_url) as session:
+        lanes = pending_lanes(session)
+    gauges = [Gauge("queue_depth", {"queue": queue}, depth) for queue, depth in depths.items()]
+    for lane in lanes:
+        gauges.append(Gauge("pending_messages", {"lane": lane.name}, lane.count))
+        gauges.append(Gauge("oldest_pending_seconds", {"lane": lane.name}, lane.oldest_age_seconds))
+    store(redis_for(config.redis_url), gauges)
+    return depths
