@@ -1,4 +1,4 @@
-"""Admin routes: projects and their keys. They take the admin key, never a project key."""
+"""Admin routes: projects, keys and operations. They take the admin key, never a project key."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from flask_smorest import Blueprint
 from app.api import context
 from app.auth import require_admin_key
 from app.schemas import (
+    DigestQuerySchema,
+    DigestSchema,
     KeyCreateSchema,
     KeySchema,
     PauseSchema,
@@ -19,7 +21,7 @@ from app.schemas import (
     RequeuedSchema,
     RequeueSchema,
 )
-from app.services import operations, projects
+from app.services import digest, operations, projects
 
 blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects, API keys and operations (admin key).")
 
@@ -106,3 +108,12 @@ def resume_provider(name: str):
     """Send through a paused provider again."""
     ctx = context()
     return operations.set_pause(ctx.settings, ctx.redis, name, None)
+
+
+@blp.route("/digest", methods=["GET"])
+@blp.arguments(DigestQuerySchema, location="query")
+@blp.response(200, DigestSchema)
+def get_digest(query: dict[str, Any]):
+    """Counts by project, channel and status, throughput, queues, backlog, providers and dead letters."""
+    ctx = context()
+    return digest.digest(ctx.db, ctx.settings, ctx.redis, query.get("since"), query.get("project"))
