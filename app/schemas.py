@@ -7,6 +7,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.enums import Channel, KeyKind, MessageStatus, Priority
+from app.retention import DEFAULT_RETENTION_DAYS
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -49,7 +50,7 @@ class QuietHoursSchema(Schema):
 
 
 class ProjectSettingsSchema(Schema):
-    """Audience rules for the whole project."""
+    """Audience rules and retention for the whole project."""
 
     required_categories = fields.List(
         category_field(),
@@ -68,6 +69,12 @@ class ProjectSettingsSchema(Schema):
         load_default=None,
         dump_default=None,
         metadata={"description": "Default quiet hours for subscribers who set none."},
+    )
+    retention_days = fields.Integer(
+        load_default=DEFAULT_RETENTION_DAYS,
+        dump_default=DEFAULT_RETENTION_DAYS,
+        validate=validate.Range(1, 3650),
+        metadata={"description": "Days a finished message is kept, with its content and events."},
     )
 
 

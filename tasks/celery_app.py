@@ -8,6 +8,7 @@ late acknowledgement, re-queue on a lost worker, JSON only and no result backend
 from __future__ import annotations
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import worker_process_init
 
 from app.config import Settings
@@ -16,11 +17,17 @@ from tasks.queues import BEAT_QUEUE, worker_queues
 
 celery_app = Celery(
     "tidings",
-    include=["tasks.prepare", "tasks.deliver", "tasks.maintenance", "tasks.backlog", "tasks.rollup"],
+    include=["tasks.prepare", "tasks.deliver", "tasks.maintenance", "tasks.backlog", "tasks.rollup", "tasks.retention"],
 )
 
 # The periodic tasks; they run on the beat queue, away from the delivery lanes.
-BEAT_TASKS = ("tidings.release_due", "tidings.sweep", "tidings.fold_counts", "tidings.measure_backlog")
+BEAT_TASKS = (
+    "tidings.release_due",
+    "tidings.sweep",
+    "tidings.fold_counts",
+    "tidings.measure_backlog",
+    "tidings.purge",
+)
 
 _settings: Settings | None = None
 
@@ -64,6 +71,8 @@ def configure(settings: Settings) -> Celery:
             "sweep": {"task": "tidings.sweep", "schedule": settings.sweep_interval},
             "fold-counts": {"task": "tidings.fold_counts", "schedule": 5.0},
             "measure-backlog": {"task": "tidings.measure_backlog", "schedule": 15.0},
+            # Nightly, at a quiet hour; each run is bounded in time (tasks/retention.py).
+            "purge": {"task": "tidings.purge", "schedule": crontab(hour=3, minute=17)},
         },
         timezone="UTC",
     )
