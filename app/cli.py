@@ -13,8 +13,9 @@ import warnings
 
 import click
 
-from app.cli_base import check_database, load_settings, one_line_errors
-from app.config import Settings, database_url_from_env
+from app import logs
+from app.cli_base import check_database, fail, load_settings, one_line_errors
+from app.config import ConfigError, Settings, database_url_from_env
 
 # Loggers that say the same thing every second (beat's release_due) or narrate start-up.
 QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
@@ -23,7 +24,10 @@ QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.work
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Tidings: notification delivery on PostgreSQL and Celery."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure()
+    except ConfigError as error:
+        fail(str(error))
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -11,6 +11,7 @@ from celery import Celery
 from celery.schedules import crontab
 from celery.signals import worker_process_init
 
+from app import logs  # noqa: F401 - connects the signal handlers that carry the request id
 from app.config import Settings
 from app.db import engine_for
 from tasks.queues import BEAT_QUEUE, worker_queues

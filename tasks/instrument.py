@@ -1,11 +1,14 @@
-"""The pipeline's numbers: what one prepare or deliver batch did, counted in one round trip.
+"""The pipeline's numbers and log lines: what one prepare or deliver batch did.
 
-Called once per batch after its transaction commits, so the numbers describe what is in
-PostgreSQL; everything is summed in memory first and sent as one Redis pipeline.
+Called once per batch after its transaction commits, so they describe what is in
+PostgreSQL; numbers are summed in memory and sent as one Redis pipeline. A batch logs
+one line; each message that did not go (failed, retrying, dead) logs one of its own,
+with its id and reason, since those are the ones somebody will come asking about.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -22,9 +25,12 @@ from tasks import store
 if TYPE_CHECKING:
     from tasks.prepare import Plan
 
+logger = logging.getLogger(__name__)
+
 # What the finalised status means as an outcome label; a refunded `ready` waits for a pause.
 DEFERRED = "deferred"
 NO_PROVIDER = "none"
+NOT_SENT = (MessageStatus.FAILED, MessageStatus.RETRYING, MessageStatus.DEAD)
 
 
 def delivered(
@@ -60,6 +66,21 @@ def delivered(
     for channel, values in latencies.items():
         tally.observe("accept_to_provider_seconds", values, channel=channel, provider=provider)
     send(client, tally.write, lambda pipe: throughput.add(pipe, sent_by_project))
+    logger.info(
+        "delivered a batch of %d through %s",
+        len(outcomes),
+        provider,
+        extra={"provider": provider, "outcomes": Counter(o.status.value for o in outcomes)},
+    )
+    for outcome in outcomes:
+        if outcome.status in NOT_SENT:
+            row = rows[outcome.message_id]
+            logger.warning(
+                "message %s: %s",
+                outcome.status.value,
+                outcome.error,
+                extra={"message_id": outcome.message_id, "project": row.project_id, "provider": provider},
+            )
 
 
 def prepared(client: redis.Redis, rows: Sequence[Row], plan: Plan) -> None:

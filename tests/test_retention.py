@@ -56,9 +56,12 @@ def surviving(engine, ids: list[str]) -> dict[str, int]:
 def test_only_finished_messages_past_retention_go(client, migrated, engine):
     short = create_project(client, settings={"retention_days": 2})
     default = create_project(client)
-    assert client.get(f"/v1/admin/projects/{default.id}", headers=bearer(ADMIN_KEY)).get_json()["settings"][
-        "retention_days"
-    ] == 30
+    assert (
+        client.get(f"/v1/admin/projects/{default.id}", headers=bearer(ADMIN_KEY)).get_json()["settings"][
+            "retention_days"
+        ]
+        == 30
+    )
     expired = insert(engine, short.id, "sent", 3, count=7) + insert(engine, short.id, "dead", 3)
     young = insert(engine, short.id, "sent", 1)
     still_active = insert(engine, short.id, "scheduled", 40) + insert(engine, short.id, "retrying", 3)

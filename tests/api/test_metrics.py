@@ -132,9 +132,10 @@ def test_request_counts_reach_redis_without_a_round_trip_each(client, project):
     assert client.get("/v1/nowhere").status_code == 404
     after = scrape(client)["tidings_http_requests"]
     listed = {"method": "GET", "route": "/v1/messages", "status": "200"}
-    assert value(after, "tidings_http_requests_total", **listed) - value(
-        before, "tidings_http_requests_total", **listed
-    ) == 3
+    assert (
+        value(after, "tidings_http_requests_total", **listed) - value(before, "tidings_http_requests_total", **listed)
+        == 3
+    )
     unmatched = {"route": "<unmatched>", "status": "404"}
     assert value(after, "tidings_http_requests_total", **unmatched) > value(
         before, "tidings_http_requests_total", **unmatched
