@@ -25,6 +25,7 @@ from tasks.celery_app import celery_app, settings
 from tasks.pacing import ProviderPacer
 from tasks.pauses import ProviderPauses
 from tasks.retry import backoff
+from tasks.shutdown import STOPPING
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class SendRun:
     results: list[SendResult] = field(default_factory=list)
     unsent: list[Row] = field(default_factory=list)
     pause: tuple[float, str, str] | None = None  # seconds, cause, reason
+    stopped: bool = False  # the worker is shutting down: unsent messages go back at once
     call_seconds: list[float] = field(default_factory=list)  # one per provider call
 
 
@@ -101,7 +103,8 @@ def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
-        if run.pause is not None:
+        run.stopped = run.stopped or STOPPING.is_set()
+        if run.pause is not None or run.stopped:
             run.unsent.extend(chunk)
             continue
         started = time.monotonic()
@@ -146,7 +149,7 @@ def outbound(row: Row) -> Outbound:
 def decide_all(config: Settings, run: SendRun, claimed: Sequence[Row]) -> list[store.Finalised]:
     """Every claimed message's next status; a provider-wide stop gives the attempt back."""
     by_id = {row.id: row for row in claimed}
-    ready_at = None
+    ready_at = datetime.now(UTC) if run.stopped else None
     if run.pause is not None:
         ready_at = datetime.now(UTC) + timedelta(seconds=min(run.pause[0], MAX_COUNTDOWN))
     outcomes = [
