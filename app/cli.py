@@ -17,6 +17,7 @@ from app import logs
 from app.cli_base import check_database, fail, load_settings, one_line_errors
 from app.config import ConfigError, Settings, database_url_from_env
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Loggers that say the same thing every second (beat's release_due) or narrate start-up.
 QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
 
@@ -79,11 +80,24 @@ def beat() -> None:
 @main.command()
 @one_line_errors
 def flower() -> None:
-    """Run Flower, the Celery monitor."""
+    """Run Flower, the Celery monitor (persistent; basic auth from FLOWER_BASIC_AUTH)."""
     from tasks.celery_app import configure
 
     settings = Settings.from_env()
-    configure(settings).start(["flower", f"--address={settings.host}", f"--port={settings.flower_port}"])
+    if settings.flower_basic_auth is None and settings.host not in LOOPBACK:
+        raise ConfigError(f"FLOWER_BASIC_AUTH is not set, and Flower would listen on {settings.host}")
+    settings.var_dir.mkdir(parents=True, exist_ok=True)
+    configure(settings).start(
+        [
+            "flower",
+            f"--address={settings.host}",
+            f"--port={settings.flower_port}",
+            # Task history survives a restart; workers gone for 5 minutes (autoscaling) leave the list.
+            "--persistent=True",
+            f"--db={settings.var_dir / 'flower.db'}",
+            "--purge_offline_workers=300",
+        ]
+    )
 
 
 @main.group()
