@@ -25,7 +25,7 @@ from tasks.celery_app import celery_app, settings
 from tasks.pacing import ProviderPacer
 from tasks.pauses import ProviderPauses
 from tasks.retry import backoff
-from tasks.shutdown import STOPPING
+from tasks.shutdown import stopping
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def send_all(adapter: Provider, claimed: Sequence[Row]) -> SendRun:
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
-        run.stopped = run.stopped or STOPPING.is_set()
+        run.stopped = run.stopped or stopping()
         if run.pause is not None or run.stopped:
             run.unsent.extend(chunk)
             continue
