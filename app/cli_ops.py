@@ -290,4 +290,42 @@ def mcp() -> None:
     build(connect()).run("stdio")
 
 
-COMMANDS = (projects, keys, send, digest, requeue, pause, resume, purge, mcp)
+@click.group()
+def check() -> None:
+    """Health checks for container orchestrators: exit 0 when healthy, 1 otherwise."""
+
+
+# Beat saves its schedule at least every 3 minutes (Celery's sync_every) while it runs.
+BEAT_SYNC_GRACE = 300
+
+
+@check.command("worker")
+@click.option("--node", help="The worker's node name (default: celery@HOSTNAME, what `tidings worker` uses).")
+@click.option("--timeout", type=click.FloatRange(0.1, 30), default=5, show_default=True)
+@one_line_errors
+def check_worker(node: str | None, timeout: float) -> None:
+    """Does the worker on this host answer a ping over the broker?"""
+    import socket
+
+    from tasks.celery_app import configure
+
+    node = node or f"celery@{socket.gethostname()}"
+    replies = configure(Settings.from_env()).control.ping(destination=[node], timeout=timeout)
+    if not any(node in reply for reply in replies):
+        raise click.ClickException(f"{node} did not answer within {timeout:g}s")
+    click.echo(f"{node} ok")
+
+
+@check.command("beat")
+@one_line_errors
+def check_beat() -> None:
+    """Has beat saved its schedule recently (within 5 minutes)?"""
+    settings = Settings.from_env()
+    saved = [path.stat().st_mtime for path in settings.var_dir.glob("celerybeat-schedule*")]
+    age = time.time() - max(saved) if saved else None
+    if age is None or age > BEAT_SYNC_GRACE:
+        raise click.ClickException("beat has not saved its schedule in the last 5 minutes")
+    click.echo(f"beat ok (schedule saved {age:.0f}s ago)")
+
+
+COMMANDS = (projects, keys, send, digest, requeue, pause, resume, purge, mcp, check)

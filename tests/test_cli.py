@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from datetime import UTC, datetime, timedelta
 
 import click
@@ -42,7 +44,7 @@ def test_every_command_has_help(tidings):
                 yield from walk(sub, [*path, name])
 
     paths = list(walk(main, []))
-    assert {"projects", "keys", "send", "digest", "requeue", "pause", "resume", "purge", "mcp"} <= {
+    assert {"projects", "keys", "send", "digest", "requeue", "pause", "resume", "purge", "mcp", "check"} <= {
         p[0] for p in paths if p
     }
     for path in paths:
@@ -137,3 +139,26 @@ def test_purge_dry_run_then_for_real(tidings, client, engine):
     done = tidings("purge", "--project", "cli-short")
     assert re.search(r"cli-short\s+4", done.output), done.output
     assert re.search(r"cli-short\s+0", tidings("purge", "--project", "cli-short", "--dry-run").output)
+
+
+def test_check_worker_pings_a_worker_by_node_name(tidings, worker):
+    result = tidings("check", "worker", "--node", worker.hostname, "--timeout", "10")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{worker.hostname} ok"
+    missing = tidings("check", "worker", "--node", "celery@nowhere", "--timeout", "1")
+    assert missing.exit_code == 1
+    assert "celery@nowhere did not answer within 1s" in missing.output
+
+
+def test_check_beat_reads_the_age_of_beats_schedule(migrated, tmp_path):
+    runner = CliRunner()
+    env = {**migrated.environ, "TIDINGS_VAR_DIR": str(tmp_path)}
+    assert runner.invoke(main, ["check", "beat"], env=env).exit_code == 1
+    schedule = tmp_path / "celerybeat-schedule"
+    schedule.write_bytes(b"")
+    assert runner.invoke(main, ["check", "beat"], env=env).exit_code == 0
+    old = time.time() - 600
+    os.utime(schedule, (old, old))
+    stale = runner.invoke(main, ["check", "beat"], env=env)
+    assert stale.exit_code == 1
+    assert "has not saved its schedule" in stale.output
