@@ -184,13 +184,13 @@ def parse_labels(label_text: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in label_text.split(",") if pair)
 
 
-def _label_names(series: Mapping[str, object]) -> list[str]:
+def label_names(series: Mapping[str, object]) -> list[str]:
     """A family's label names: every series of one family is counted with the same ones."""
     return sorted(parse_labels(next(iter(series), "")))
 
 
 def _counter_family(name: str, help_text: str, series: Mapping[str, float]) -> CounterMetricFamily:
-    names = _label_names(series)
+    names = label_names(series)
     family = CounterMetricFamily(f"tidings_{name}", help_text, labels=names)
     for label_text, value in series.items():
         labels = parse_labels(label_text)
@@ -200,7 +200,7 @@ def _counter_family(name: str, help_text: str, series: Mapping[str, float]) -> C
 
 def _histogram_family(name: str, series: Mapping[str, Mapping[str, float]]) -> HistogramMetricFamily:
     help_text, bounds = HISTOGRAMS[name]
-    names = _label_names(series)
+    names = label_names(series)
     family = HistogramMetricFamily(f"tidings_{name}", help_text, labels=names)
     for label_text, parts in series.items():
         labels = parse_labels(label_text)

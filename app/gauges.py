@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 from prometheus_client.core import GaugeMetricFamily
 
-from app.counters import labels_text, parse_labels
+from app.counters import label_names, labels_text, parse_labels
 
 HASH = "tidings:gauges"
 MEASURED_AT = "measured_at"
@@ -58,7 +58,7 @@ class GaugeCollector:
             values = self.client.hgetall(HASH)
         except redis.RedisError:
             return
-        families: dict[str, GaugeMetricFamily] = {}
+        series: dict[str, dict[str, float]] = {name: {} for name in GAUGES}
         for raw_field, raw_value in values.items():
             field = raw_field.decode()
             if field == MEASURED_AT:
@@ -67,11 +67,13 @@ class GaugeCollector:
                 )
                 continue
             name, _, label_text = field.partition("|")
-            if name not in GAUGES:
-                continue
-            labels = parse_labels(label_text)
-            family = families.get(name)
-            if family is None:
-                family = families[name] = GaugeMetricFamily(f"tidings_{name}", GAUGES[name], labels=sorted(labels))
-            family.add_metric([labels[k] for k in sorted(labels)], float(raw_value))
-        yield from families.values()
+            if name in series:
+                series[name][label_text] = float(raw_value)
+        # Every family is exported, measured yet or not (no lane waiting is an empty family).
+        for name, measured in series.items():
+            names = label_names(measured)
+            family = GaugeMetricFamily(f"tidings_{name}", GAUGES[name], labels=names)
+            for label_text, value in measured.items():
+                labels = parse_labels(label_text)
+                family.add_metric([labels[k] for k in names], value)
+            yield family
