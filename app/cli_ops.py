@@ -175,7 +175,9 @@ def send(project: str, address: str, channel: str, subject: str, body: str, test
 
 
 @click.command()
-@click.option("--since", help="RFC 3339 with a zone; cut to the hour (default: 24 hours ago).")
+@click.option(
+    "--since", help="RFC 3339 with a zone; cut to the hour, or the day if older than 2 days (default: 24 h ago)."
+)
 @click.option("--project")
 @click.option("--json", "as_json", is_flag=True, help="The endpoint's JSON instead of tables.")
 @one_line_errors

@@ -298,7 +298,10 @@ class ProviderStateSchema(Schema):
 
 class DigestQuerySchema(Schema):
     since = fields.AwareDateTime(
-        metadata={"description": "Count messages created from this time, cut to the hour (default: 24 h ago)."}
+        metadata={
+            "description": "Count messages created from this time, cut to the hour (to the day when older "
+            "than two days). Default: 24 hours ago."
+        }
     )
     project = fields.String(validate=validate.Regexp(PROJECT_ID, error="Use 1 to 64 of a-z, 0-9 and -."))
 

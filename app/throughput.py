@@ -7,7 +7,7 @@ Redis hash per slot costs one HINCRBY per delivered batch and expires by itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import redis
 
@@ -26,17 +26,19 @@ def add(pipe: redis.client.Pipeline, sent_by_project: Mapping[str, int], now: fl
     pipe.expire(key, KEEP_SECONDS)
 
 
-def sent_within(client: redis.Redis, seconds: int, project: str | None = None, now: float | None = None) -> int:
-    """Messages sent in the last `seconds` (rounded up to whole slots), for one project or all."""
+def sent_within(
+    client: redis.Redis, windows: Sequence[int], project: str | None = None, now: float | None = None
+) -> list[int]:
+    """Messages sent in each of the last `windows` seconds (rounded up to whole slots), for
+    one project or all, read in one round trip."""
     current = int((now or time.time()) // SLOT_SECONDS)
-    keys = [PREFIX + str(slot) for slot in range(current - seconds // SLOT_SECONDS + 1, current + 1)]
+    slots = range(current, current - max(windows) // SLOT_SECONDS, -1)
     with client.pipeline(transaction=False) as pipe:
-        for key in keys:
+        for slot in slots:
             if project:
-                pipe.hget(key, project)
+                pipe.hget(PREFIX + str(slot), project)
             else:
-                pipe.hvals(key)
+                pipe.hvals(PREFIX + str(slot))
         answers = pipe.execute()
-    if project:
-        return sum(int(value) for value in answers if value is not None)
-    return sum(int(value) for values in answers for value in values)
+    per_slot = [int(a or 0) if project else sum(int(v) for v in a) for a in answers]
+    return [sum(per_slot[: window // SLOT_SECONDS]) for window in windows]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from kombu.transport.redis import PRIORITY_STEPS
+from kombu.transport.redis import Channel as RedisChannel
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
@@ -28,22 +31,35 @@ class Lane:
     oldest_age_seconds: float
 
 
-def queue_depths(queues: Sequence[str]) -> dict[str, int]:
-    """Tasks waiting in each queue, asked of the broker (Redis or RabbitMQ) through kombu.
+def queue_depths(broker_url: str, queues: Sequence[str]) -> dict[str, int]:
+    """Tasks waiting in each queue.
 
-    A queue nobody has published to yet does not exist on the broker: it is empty. Each
-    queue gets its own channel, because AMQP closes a channel on a failed passive declare.
+    On Redis, one pipelined round trip of LLENs over the lists kombu keeps per queue and
+    priority step (a kombu channel would open fresh connections on every call). On
+    RabbitMQ, a passive declare per queue; a queue nobody has published to yet does not
+    exist there, so it is empty (and AMQP closes the channel, which is replaced).
     """
+    if urlsplit(broker_url).scheme in ("redis", "rediss", "unix"):
+        with redis_for(broker_url).pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for step in PRIORITY_STEPS:
+                    pipe.llen(f"{queue}{RedisChannel.sep}{step}" if step else queue)
+            lengths = pipe.execute()
+        per_queue = len(PRIORITY_STEPS)
+        return {queue: sum(lengths[i * per_queue : (i + 1) * per_queue]) for i, queue in enumerate(queues)}
     depths: dict[str, int] = {}
-    with celery_app.connection_for_read() as connection:
-        for queue in queues:
-            channel = connection.channel()
-            try:
-                depths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
-            except connection.channel_errors:
-                depths[queue] = 0
-            finally:
-                channel.close()
+    with celery_app.pool.acquire(block=True, timeout=5) as connection:
+        channel = connection.channel()
+        try:
+            for queue in queues:
+                try:
+                    depths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+                except connection.channel_errors:
+                    depths[queue] = 0
+                    channel.close()
+                    channel = connection.channel()
+        finally:
+            channel.close()
     return depths
 
 
@@ -86,7 +102,7 @@ def pending_lanes(session: Session, project: str | None = None) -> list[Lane]:
 def measure_backlog() -> dict[str, int]:
     """Store queue depths and lane ages for `/metrics` (beat runs it every few seconds)."""
     config = settings()
-    depths = queue_depths(all_queues(config))
+    depths = queue_depths(config.broker_url, all_queues(config))
     with session_scope(config.database_url) as session:
         lanes = pending_lanes(session)
     gauges = [Gauge("queue_depth", {"queue": queue}, depth) for queue, depth in depths.items()]

@@ -1,9 +1,11 @@
 """The admin digest: what the whole system is doing, in one answer.
 
-Counts come from the hourly rollup (`message_counts` plus the deltas not folded yet), so
-the answer costs the number of (hour, project, channel, status) cells in the window, not
-the number of messages; `since` is therefore cut to the hour. The backlog is read from
-the partial index of active messages and from the broker; throughput from Redis.
+Counts come from the rollup (`message_counts` plus the deltas not folded yet), so the
+answer costs the number of (period, project, channel, status) cells in the window, not
+the number of messages. Cells are hours for the last two days and days before that
+(tasks/rollup.py), so `since` is cut to the hour, or to the day when it is older; the
+answer says which. The backlog is read from the partial index of active messages and
+from the broker; throughput from Redis.
 """
 
 from __future__ import annotations
@@ -20,12 +22,25 @@ from app.config import Settings
 from app.services import operations, projects
 from tasks.backlog import pending_lanes, queue_depths
 from tasks.celery_app import all_queues
+from tasks.rollup import HOURLY_DAYS
 
 DEFAULT_WINDOW = timedelta(hours=24)
+THROUGHPUT_WINDOWS = ("last_minute", "last_hour")
 
 
 def hour_floor(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def window_start(since: datetime, now: datetime) -> datetime:
+    """The cell boundary at or before `since`: an hour within the hourly cells' reach, else a day.
+
+    Every cell (and delta) starts on such a boundary and lies wholly after it or wholly
+    before, so the counts are exact for messages created from the returned time.
+    """
+    start = hour_floor(since)
+    hourly_from = hour_floor(now).replace(hour=0) - timedelta(days=HOURLY_DAYS)
+    return start if start >= hourly_from else start.replace(hour=0)
 
 
 def digest(
@@ -37,7 +52,7 @@ def digest(
 ) -> dict[str, Any]:
     """Counts by project, channel and status of messages created since `since` (default: 24 h)."""
     now = datetime.now(UTC)
-    start = hour_floor(since or now - DEFAULT_WINDOW)
+    start = window_start(since or now - DEFAULT_WINDOW, now)
     if project is not None:
         projects.get_project(db, project)
     with db() as session:
@@ -50,11 +65,11 @@ def digest(
         "project": project,
         "counts": counts,
         "totals": _sum_by(counts, "status"),
-        "throughput": {
-            "last_minute": throughput.sent_within(client, 60, project),
-            "last_hour": throughput.sent_within(client, 3600, project),
-        },
-        "queues": [{"name": name, "depth": depth} for name, depth in queue_depths(all_queues(settings)).items()],
+        "throughput": dict(zip(THROUGHPUT_WINDOWS, throughput.sent_within(client, (60, 3600), project), strict=True)),
+        "queues": [
+            {"name": name, "depth": depth}
+            for name, depth in queue_depths(settings.broker_url, all_queues(settings)).items()
+        ],
         "lanes": [vars(lane) for lane in lanes],
         "providers": operations.provider_states(settings, client),
         "dead_letters": {
