@@ -68,9 +68,6 @@ class Tally:
         self.counts: Counter[str] = Counter()
         self.sums: defaultdict[str, float] = defaultdict(float)
 
-    def __bool__(self) -> bool:
-        return bool(self.counts)
-
     def count(self, name: str, amount: int = 1, **labels: str) -> None:
         assert name in COUNTERS, name
         if amount > 0:
