@@ -124,7 +124,7 @@ class BufferedTally:
     """A process-wide tally flushed at most once per `interval`: for per-request numbers.
 
     The API counts every request; buffering keeps that off Redis's round trip per request.
-    A scrape flushes first, and a process that exits normally flushes at exit.
+    A scrape flushes first, and a gunicorn worker flushes as it exits (app/server.py).
     """
 
     def __init__(self, interval: float = 1.0) -> None:

@@ -2,8 +2,8 @@
 
 Called once per batch after its transaction commits, so they describe what is in
 PostgreSQL; numbers are summed in memory and sent as one Redis pipeline. A batch logs
-one line; each message that did not go (failed, retrying, dead) logs one of its own,
-with its id and reason, since those are the ones somebody will come asking about.
+one line; each message that will not go (failed, dead) logs one of its own, with its id
+and reason, since those are the ones somebody will come asking about.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 # What the finalised status means as an outcome label; a refunded `ready` waits for a pause.
 DEFERRED = "deferred"
 NO_PROVIDER = "none"
-NOT_SENT = (MessageStatus.FAILED, MessageStatus.RETRYING, MessageStatus.DEAD)
+# Final failures get a log line each; retries are counted in the batch's line (a provider
+# outage would otherwise log every message every few minutes).
+GAVE_UP = (MessageStatus.FAILED, MessageStatus.DEAD)
 
 
 def delivered(
@@ -73,7 +75,7 @@ def delivered(
         extra={"provider": provider, "outcomes": Counter(o.status.value for o in outcomes)},
     )
     for outcome in outcomes:
-        if outcome.status in NOT_SENT:
+        if outcome.status in GAVE_UP:
             row = rows[outcome.message_id]
             logger.warning(
                 "message %s: %s",

@@ -82,11 +82,17 @@ def test_a_bad_log_format_is_refused():
 
 @pytest.mark.usefixtures("worker")
 def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provider, lines):
-    fake_provider.override = lambda request: json_response({"error": "down"}, status=503)
+    fake_provider.override = lambda request: json_response(
+        {
+            "results": [
+                {"id": m["id"], "status": "rejected", "error": "no such mailbox"} for m in request.json["messages"]
+            ]
+        }
+    )
     answer = project.send(email(), **{"X-Request-ID": "req-trace-1"})
     assert answer.headers["X-Request-ID"] == "req-trace-1"
     message_id = answer.get_json()["id"]
-    project.wait_for(message_id, statuses={"retrying"})
+    assert project.wait_for(message_id)["status"] == "failed"
     deadline = time.monotonic() + 10
     while not any(line["logger"] == "tasks.instrument" for line in lines.lines) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -98,12 +104,14 @@ def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provide
         message_id,
         202,
     )
-    retry = next(line for line in lines.lines if line.get("message_id") == message_id and line["level"] == "warning")
-    assert retry["request_id"] == "req-trace-1"
-    assert retry["task"] == "tidings.deliver"
-    assert retry["task_id"]
-    assert retry["project"] == project.id
-    assert "HTTP 503" in retry["message"]
+    batch = next(line for line in lines.lines if line["logger"] == "tasks.instrument" and line["level"] == "info")
+    assert (batch["request_id"], batch["message_id"], batch["outcomes"]) == ("req-trace-1", message_id, {"failed": 1})
+    failed = next(line for line in lines.lines if line.get("message_id") == message_id and line["level"] == "warning")
+    assert failed["request_id"] == "req-trace-1"
+    assert failed["task"] == "tidings.deliver"
+    assert failed["task_id"]
+    assert failed["project"] == project.id
+    assert "no such mailbox" in failed["message"]
 
 
 def test_every_response_has_a_request_id(client):

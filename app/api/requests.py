@@ -6,7 +6,6 @@ second (and before every scrape), so a request costs no extra round trip.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import time
 
@@ -25,8 +24,6 @@ UNMATCHED = "<unmatched>"
 def install(app: Flask) -> None:
     app.before_request(_start)
     app.after_request(_finish)
-    # A gunicorn worker that exits normally leaves its last second of counts behind otherwise.
-    atexit.register(request_tally.flush, app.extensions["tidings"].redis)
 
 
 def _start() -> None:
