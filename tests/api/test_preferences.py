@@ -75,7 +75,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
     admin = bearer(ADMIN_KEY)
     created = client.post("/v1/admin/projects", json={"name": "S", "settings": SETTINGS}, headers=admin)
     assert created.status_code == 201
-    assert created.get_json()["settings"] == SETTINGS
+    assert created.get_json()["settings"] == {**SETTINGS, "retention_days": 30}
     project_id = created.get_json()["id"]
     patched = client.patch(
         f"/v1/admin/projects/{project_id}",
@@ -86,9 +86,15 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "required_categories": ["billing"],
         "category_defaults": {},
         "quiet_hours": None,
+        "retention_days": 30,
     }
     plain = client.post("/v1/admin/projects", json={"name": "Plain"}, headers=admin).get_json()
-    assert plain["settings"] == {"required_categories": [], "category_defaults": {}, "quiet_hours": None}
+    assert plain["settings"] == {
+        "required_categories": [],
+        "category_defaults": {},
+        "quiet_hours": None,
+        "retention_days": 30,
+    }
 
 
 def test_bad_project_settings_are_422(client):
@@ -117,4 +123,4 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "/v1/templates/{key}/preview",
     } <= set(spec["paths"])
     settings = spec["components"]["schemas"]["ProjectSettings"]["properties"]
-    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours"}
+    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours", "retention_days"}
