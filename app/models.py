@@ -229,6 +229,11 @@ class MessageCount(Base):
     """
 
     __tablename__ = "message_counts"
+    __table_args__ = (
+        # One project's window, and the dead letters of all time, without reading every cell.
+        Index("ix_message_counts_project_hour", "project_id", "hour"),
+        Index("ix_message_counts_dead", "project_id", postgresql_where=text("status = 'dead'")),
+    )
 
     hour: Mapped[datetime] = mapped_column(primary_key=True)
     project_id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -75,6 +75,14 @@ def upgrade() -> None:
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("hour", "project_id", "channel", "status"),
     )
+    op.create_index("ix_message_counts_project_hour", "message_counts", ["project_id", "hour"], unique=False)
+    op.create_index(
+        "ix_message_counts_dead",
+        "message_counts",
+        ["project_id"],
+        unique=False,
+        postgresql_where=sa.text("status = 'dead'"),
+    )
     op.execute(COUNT_CHANGES)
     # The first trigger locks out writers until this migration commits, so the backfill
     # below counts every committed row exactly once and the triggers count the rest.
@@ -93,5 +101,7 @@ def downgrade() -> None:
     for name in TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON messages")
     op.execute("DROP FUNCTION tidings_count_message_changes()")
+    op.drop_index("ix_message_counts_dead", table_name="message_counts", postgresql_where=sa.text("status = 'dead'"))
+    op.drop_index("ix_message_counts_project_hour", table_name="message_counts")
     op.drop_table("message_counts")
     op.drop_table("message_count_deltas")
