@@ -20,9 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.cli_base import load_settings, one_line_errors
 from app.config import Settings
 from app.db import session_factory
+from app.enums import ACTIVE_STATUSES, MessageStatus
 from app.redis_client import redis_for
 
-TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown", "bounced"}
+# `send --wait` follows a message until it has no work ahead of it.
+SETTLED = {status.value for status in MessageStatus} - {status.value for status in ACTIVE_STATUSES}
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def send(project: str, address: str, channel: str, subject: str, body: str, test
     status = "accepted"
     while wait and time.monotonic() < deadline:
         status = messages.get_message(ops.db, project, message_id)["status"]
-        if status in TERMINAL:
+        if status in SETTLED:
             break
         time.sleep(0.2)
     if wait:
