@@ -49,7 +49,7 @@ flower: $(STAMP) ## Only Flower (basic auth from FLOWER_BASIC_AUTH)
 migrate: $(STAMP) ## Apply database migrations to DATABASE_URL
 	$(BIN)/tidings db upgrade
 
-bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~15 min, ~10 GB in /tmp)
+bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~25 min, ~7 GB in /tmp)
 	$(BIN)/python loadtest/digest_bench.py --sizes 100000,10000000
 
 clean: ## Remove the virtualenv and the embedded servers' data
