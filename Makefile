@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint fmt api worker beat flower migrate clean
+.PHONY: help install run test lint fmt api worker beat flower migrate bench-digest clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,11 +43,14 @@ worker: $(STAMP) ## Only a Celery worker on every queue
 beat: $(STAMP) ## Only Celery beat
 	$(BIN)/tidings beat
 
-flower: $(STAMP) ## Only Flower
+flower: $(STAMP) ## Only Flower (basic auth from FLOWER_BASIC_AUTH)
 	$(BIN)/tidings flower
 
 migrate: $(STAMP) ## Apply database migrations to DATABASE_URL
 	$(BIN)/tidings db upgrade
+
+bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~25 min, ~7 GB in /tmp)
+	$(BIN)/python loadtest/digest_bench.py --sizes 100000,10000000
 
 clean: ## Remove the virtualenv and the embedded servers' data
 	rm -rf $(VENV) var

@@ -6,61 +6,29 @@ with a single line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
-from typing import Any
 
 import click
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 
+from app import logs
+from app.cli_base import check_database, fail, load_settings, one_line_errors
 from app.config import ConfigError, Settings, database_url_from_env
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Loggers that say the same thing every second (beat's release_due) or narrate start-up.
 QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
-
-
-def fail(message: str) -> None:
-    click.echo(f"tidings: {message}", err=True)
-    sys.exit(2)
-
-
-def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except ConfigError as error:
-            fail(str(error))
-        except OperationalError as error:
-            fail(f"cannot reach PostgreSQL: {str(error.orig).strip().splitlines()[0]}")
-
-    return wrapper
-
-
-def load_settings() -> Settings:
-    settings = Settings.from_env()
-    check_database(settings.database_url)
-    return settings
-
-
-def check_database(database_url: str) -> None:
-    engine = create_engine(database_url, connect_args={"connect_timeout": 5})
-    try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    finally:
-        engine.dispose()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Tidings: notification delivery on PostgreSQL and Celery."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure()
+    except ConfigError as error:
+        fail(str(error))
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -112,11 +80,24 @@ def beat() -> None:
 @main.command()
 @one_line_errors
 def flower() -> None:
-    """Run Flower, the Celery monitor."""
+    """Run Flower, the Celery monitor (persistent; basic auth from FLOWER_BASIC_AUTH)."""
     from tasks.celery_app import configure
 
     settings = Settings.from_env()
-    configure(settings).start(["flower", f"--address={settings.host}", f"--port={settings.flower_port}"])
+    if settings.flower_basic_auth is None and settings.host not in LOOPBACK:
+        raise ConfigError(f"FLOWER_BASIC_AUTH is not set, and Flower would listen on {settings.host}")
+    settings.var_dir.mkdir(parents=True, exist_ok=True)
+    configure(settings).start(
+        [
+            "flower",
+            f"--address={settings.host}",
+            f"--port={settings.flower_port}",
+            # Task history survives a restart; workers gone for 5 minutes (autoscaling) leave the list.
+            "--persistent=True",
+            f"--db={settings.var_dir / 'flower.db'}",
+            "--purge_offline_workers=300",
+        ]
+    )
 
 
 @main.command()
@@ -169,6 +150,16 @@ def current() -> None:
     check_database(url)
     migrate.current(url)
 
+
+def _add_operator_commands() -> None:
+    """projects, keys, send, digest, requeue, pause, resume, purge (app/cli_ops.py)."""
+    from app.cli_ops import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_add_operator_commands()
 
 if __name__ == "__main__":
     main()

@@ -64,6 +64,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     flower_port: int = 5555
+    # user:password[,user:password]; Flower reads it from FLOWER_BASIC_AUTH itself.
+    flower_basic_auth: str | None = None
     var_dir: Path = Path("var")
     visibility_timeout: int = 3600
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
@@ -115,6 +117,7 @@ class Settings:
             host=env.get("TIDINGS_HOST", "127.0.0.1"),
             port=_int(env, "TIDINGS_PORT", 8000, minimum=1, maximum=65535),
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
+            flower_basic_auth=_basic_auth(env, "FLOWER_BASIC_AUTH"),
             var_dir=Path(env.get("TIDINGS_VAR_DIR", "var")),
             visibility_timeout=_int(env, "CELERY_VISIBILITY_TIMEOUT", 3600, minimum=MAX_COUNTDOWN + 60),
             breaker=BreakerPolicy(
@@ -184,6 +187,17 @@ def _secret(env: Mapping[str, str], name: str) -> str:
     value = _require(env, name)
     if len(value) < 16:
         raise ConfigError(f"{name} must be at least 16 characters long")
+    return value
+
+
+def _basic_auth(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    for pair in value.split(","):
+        user, _, password = pair.partition(":")
+        if not user or len(password) < 8:
+            raise ConfigError(f"{name} must be user:password pairs, comma-separated, passwords of 8 characters or more")
     return value
 
 

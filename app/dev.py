@@ -46,6 +46,7 @@ def run(env: dict[str, str]) -> int:
         embedded_redis = EmbeddedRedis(var_dir / "redis").start()
         env["REDIS_URL"] = embedded_redis.url
     env.update({name: value for name, value in _dev_secrets(var_dir).items() if not env.get(name)})
+    env.setdefault("TIDINGS_LOG_FORMAT", "text")  # a person reads these; production ships JSON
     settings = Settings.from_env(env)
     migrate.upgrade(settings.database_url)
     demo_key = _demo_key(settings, var_dir)

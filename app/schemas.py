@@ -7,6 +7,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.enums import Channel, KeyKind, MessageStatus, Priority
+from app.retention import DEFAULT_RETENTION_DAYS
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -61,7 +62,7 @@ class TrackingSettingsSchema(Schema):
 
 
 class ProjectSettingsSchema(Schema):
-    """Audience rules for the whole project."""
+    """Audience rules and retention for the whole project."""
 
     required_categories = fields.List(
         category_field(),
@@ -82,6 +83,12 @@ class ProjectSettingsSchema(Schema):
         metadata={"description": "Default quiet hours for subscribers who set none."},
     )
     tracking = fields.Nested(TrackingSettingsSchema, load_default=dict, dump_default=dict)
+    retention_days = fields.Integer(
+        load_default=DEFAULT_RETENTION_DAYS,
+        dump_default=DEFAULT_RETENTION_DAYS,
+        validate=validate.Range(1, 3650),
+        metadata={"description": "Days a finished message is kept, with its content and events."},
+    )
 
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.
@@ -355,3 +362,60 @@ class ProviderStateSchema(Schema):
     )
     breaker_failures = fields.Integer(metadata={"description": "Batches in a row that failed, while closed."})
     breaker_seconds_left = fields.Float(allow_none=True, metadata={"description": "Until a probe may go, while open."})
+
+
+class DigestQuerySchema(Schema):
+    since = fields.AwareDateTime(
+        metadata={
+            "description": "Count messages created from this time, cut to the hour (to the day when older "
+            "than two days). Default: 24 hours ago."
+        }
+    )
+    project = fields.String(validate=validate.Regexp(PROJECT_ID, error="Use 1 to 64 of a-z, 0-9 and -."))
+
+
+class StatusCountSchema(Schema):
+    project = fields.String()
+    channel = fields.String()
+    status = fields.String()
+    count = fields.Integer()
+
+
+class ThroughputSchema(Schema):
+    last_minute = fields.Integer(metadata={"description": "Messages providers took in the last 60-70 s."})
+    last_hour = fields.Integer(metadata={"description": "Messages providers took in the last hour."})
+
+
+class QueueDepthSchema(Schema):
+    name = fields.String()
+    depth = fields.Integer(metadata={"description": "Tasks waiting; each carries up to 500 message ids."})
+
+
+class LaneSchema(Schema):
+    name = fields.String(metadata={"description": "The queue the waiting messages are bound for."})
+    status = fields.String()
+    count = fields.Integer()
+    oldest_age_seconds = fields.Float()
+
+
+class ProjectCountSchema(Schema):
+    project = fields.String()
+    count = fields.Integer()
+
+
+class DeadLettersSchema(Schema):
+    total = fields.Integer()
+    by_project = fields.List(fields.Nested(ProjectCountSchema))
+
+
+class DigestSchema(Schema):
+    generated_at = fields.DateTime()
+    since = fields.DateTime()
+    project = fields.String(allow_none=True)
+    counts = fields.List(fields.Nested(StatusCountSchema))
+    totals = fields.Dict(keys=fields.String(), values=fields.Integer())
+    throughput = fields.Nested(ThroughputSchema)
+    queues = fields.List(fields.Nested(QueueDepthSchema))
+    lanes = fields.List(fields.Nested(LaneSchema))
+    providers = fields.List(fields.Nested(ProviderStateSchema))
+    dead_letters = fields.Nested(DeadLettersSchema, metadata={"description": "Dead letters of all time."})

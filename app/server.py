@@ -7,6 +7,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from app.config import Settings
+from app.redis_client import redis_for
 
 
 class _Gunicorn(BaseApplication):
@@ -25,6 +26,13 @@ class _Gunicorn(BaseApplication):
         return create_app(self.settings)
 
 
+def _flush_request_counts(server: Any, worker: Any) -> None:
+    """A worker that exits would otherwise take its last second of request counts along."""
+    from app.api.requests import request_tally
+
+    request_tally.flush(redis_for(worker.app.settings.redis_url))
+
+
 def serve(settings: Settings, workers: int) -> None:
     options = {
         "bind": f"{settings.host}:{settings.port}",
@@ -34,5 +42,6 @@ def serve(settings: Settings, workers: int) -> None:
         "threads": settings.api_threads,
         "graceful_timeout": 10,
         "timeout": 30,
+        "worker_exit": _flush_request_counts,
     }
     _Gunicorn(settings, options).run()

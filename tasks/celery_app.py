@@ -8,13 +8,36 @@ late acknowledgement, re-queue on a lost worker, JSON only and no result backend
 from __future__ import annotations
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import worker_process_init
 
+from app import logs  # noqa: F401 - connects the signal handlers that carry the request id
 from app.config import Settings
 from app.db import engine_for
 from tasks.queues import BEAT_QUEUE, worker_queues
 
-celery_app = Celery("tidings", include=["tasks.prepare", "tasks.deliver", "tasks.maintenance", "tasks.webhooks"])
+celery_app = Celery(
+    "tidings",
+    include=[
+        "tasks.prepare",
+        "tasks.deliver",
+        "tasks.maintenance",
+        "tasks.webhooks",
+        "tasks.backlog",
+        "tasks.rollup",
+        "tasks.retention",
+    ],
+)
+
+# The periodic tasks; they run on the beat queue, away from the delivery lanes.
+BEAT_TASKS = (
+    "tidings.release_due",
+    "tidings.sweep",
+    "tidings.fold_counts",
+    "tidings.measure_backlog",
+    "tidings.purge",
+    "tidings.webhooks.release",
+)
 
 _settings: Settings | None = None
 
@@ -44,11 +67,7 @@ def configure(settings: Settings) -> Celery:
         task_time_limit=300,
         task_soft_time_limit=240,
         task_default_queue=BEAT_QUEUE,
-        task_routes={
-            "tidings.release_due": BEAT_QUEUE,
-            "tidings.sweep": BEAT_QUEUE,
-            "tidings.webhooks.release": BEAT_QUEUE,
-        },
+        task_routes={name: BEAT_QUEUE for name in BEAT_TASKS},
         # One task per pool slot: a prefetched bulk task would make a transactional one
         # wait behind it, defeating the priority lanes.
         worker_prefetch_multiplier=1,
@@ -61,6 +80,10 @@ def configure(settings: Settings) -> Celery:
             "release-due": {"task": "tidings.release_due", "schedule": 1.0},
             "sweep": {"task": "tidings.sweep", "schedule": settings.sweep_interval},
             "release-webhooks": {"task": "tidings.webhooks.release", "schedule": 5.0},
+            "fold-counts": {"task": "tidings.fold_counts", "schedule": 5.0},
+            "measure-backlog": {"task": "tidings.measure_backlog", "schedule": 15.0},
+            # Nightly, at a quiet hour; each run is bounded in time (tasks/retention.py).
+            "purge": {"task": "tidings.purge", "schedule": crontab(hour=3, minute=17)},
         },
         timezone="UTC",
     )

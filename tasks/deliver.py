@@ -4,6 +4,7 @@ send in the adapter's batch size (per account), and finalise the batch in one st
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -17,12 +18,13 @@ from app.db import enqueue_after_commit, session_scope
 from app.enums import Priority
 from app.redis_client import redis_for
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import adapters, attachments, dispatch, failover, fanout, follow_ups, store
+from tasks import adapters, attachments, dispatch, failover, fanout, follow_ups, instrument, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
 from tasks.pacing import ProviderPacer
 from tasks.pauses import ProviderPauses
+from tasks.shutdown import stopping
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:
         postpone(config, provider, priority, ids, paused_for)
+        increment(client, "pause_postponed", len(ids), provider=provider)
         return
     admitted = failover.admit(config, client, provider, priority, ids)
     runs: list[tuple[Sequence[Row], SendRun]] = []
@@ -90,6 +93,7 @@ def send(
                 enqueue_after_commit(session, signature)
     for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
         increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
+    instrument.delivered(client, provider, claimed, outcomes, [s for _, run in runs for s in run.call_seconds])
     return runs
 
 
@@ -126,10 +130,13 @@ def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Atta
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
-        if run.pause is not None:
+        run.stopped = run.stopped or stopping()
+        if run.pause is not None or run.stopped:
             run.unsent.extend(chunk)
             continue
+        started = time.monotonic()
         results = send_chunk(adapter, chunk, files)
+        run.call_seconds.append(time.monotonic() - started)
         run.results.extend(results)
         stopper = next((r for r in results if r.outcome in PROVIDER_WIDE), None)
         if stopper is not None:

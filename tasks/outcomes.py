@@ -33,11 +33,15 @@ class SendRun:
     unsent: list[Row] = field(default_factory=list)
     pause: tuple[float, str, str] | None = None
     paused_for: float | None = None
+    stopped: bool = False  # the worker is shutting down: untried messages go back at once
+    call_seconds: list[float] = field(default_factory=list)  # one per provider call
 
     @property
     def wait(self) -> float | None:
         """How long the untried messages wait before they go back to the provider."""
-        return self.pause[0] if self.pause is not None else self.paused_for
+        if self.pause is not None:
+            return self.pause[0]
+        return 0.0 if self.stopped and self.paused_for is None else self.paused_for
 
     def tally(self) -> tuple[int, int]:
         """For the circuit breaker: messages the provider answered on their merits (sent or

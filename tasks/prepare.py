@@ -40,7 +40,7 @@ from app.policy import ProjectRules, held_until, opted_out
 from app.redis_client import redis_for
 from app.rendering import RenderError, as_content, render_version
 from app.tracking import extras_for, tracked_html, unsubscribe_headers
-from tasks import dispatch, fanout, prepare_store, routing, store
+from tasks import dispatch, fanout, instrument, prepare_store, routing, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import celery_app, settings
 from tasks.prepare_store import Closed, Rendered
@@ -104,6 +104,7 @@ def prepare(ids: list[str]) -> None:
         for (provider, priority), message_ids in lanes.items():
             for signature in dispatch.deliver(provider, priority, message_ids):
                 enqueue_after_commit(session, signature)
+    instrument.prepared(redis_for(config.redis_url), rows, plan)
 
 
 def decide(

@@ -105,6 +105,10 @@ def test_broker_may_be_rabbitmq():
             {"TIDINGS_PUBLIC_URL": "tidings.example.com"},
             "TIDINGS_PUBLIC_URL must start with one of http://, https://; got 'tidings.example.com'",
         ),
+        (
+            {"FLOWER_BASIC_AUTH": "admin:short"},
+            "FLOWER_BASIC_AUTH must be user:password pairs, comma-separated, passwords of 8 characters or more",
+        ),
     ],
 )
 def test_bad_settings_name_the_setting(change, message):
@@ -149,3 +153,17 @@ def test_help_lists_the_commands():
     assert result.returncode == 0
     for command in ("api", "worker", "beat", "flower", "db", "dev"):
         assert command in result.stdout
+
+
+def test_flower_beyond_loopback_needs_basic_auth():
+    result = run_cli("flower", **{**GOOD, "TIDINGS_HOST": "0.0.0.0"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "tidings: FLOWER_BASIC_AUTH is not set, and Flower would listen on 0.0.0.0"
+    ]
+
+
+def test_a_bad_log_format_stops_every_command_with_one_line():
+    result = run_cli("db", "current", **{**GOOD, "TIDINGS_LOG_FORMAT": "xml"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["tidings: TIDINGS_LOG_FORMAT must be json or text; got 'xml'"]

@@ -44,6 +44,7 @@ def create_app(settings: Settings) -> Flask:
         messages,
         metrics,
         public,
+        requests,
         subscribers,
         suppressions,
         templates,
@@ -70,6 +71,7 @@ def create_app(settings: Settings) -> Flask:
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)
+    requests.install(app)
     for blueprint in (
         health.blp,
         metrics.blp,

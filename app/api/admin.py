@@ -10,6 +10,8 @@ from flask_smorest import Blueprint
 from app.api import context
 from app.auth import require_admin_key
 from app.schemas import (
+    DigestQuerySchema,
+    DigestSchema,
     KeyCreateSchema,
     KeySchema,
     PauseSchema,
@@ -22,7 +24,7 @@ from app.schemas import (
     RequeuedSchema,
     RequeueSchema,
 )
-from app.services import operations, projects, provider_accounts
+from app.services import digest, operations, projects, provider_accounts
 
 blp = Blueprint("admin", __name__, url_prefix="/v1/admin", description="Projects, API keys and operations (admin key).")
 
@@ -143,3 +145,12 @@ def resume_provider(name: str):
     """Send through a paused provider again, and close its circuit breaker."""
     ctx = context()
     return operations.set_pause(ctx.settings, ctx.redis, name, None)
+
+
+@blp.route("/digest", methods=["GET"])
+@blp.arguments(DigestQuerySchema, location="query")
+@blp.response(200, DigestSchema)
+def get_digest(query: dict[str, Any]):
+    """Counts by project, channel and status, throughput, queues, backlog, providers and dead letters."""
+    ctx = context()
+    return digest.digest(ctx.db, ctx.settings, ctx.redis, query.get("since"), query.get("project"))

@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import g, request
 
+from app import logs
 from app.api import context
 from app.api.project import project_blueprint
 from app.errors import field_error
@@ -27,6 +28,7 @@ def send(data: dict[str, Any]):
     if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
         field_error(422, "Invalid request.", "headers", "Idempotency-Key", "Use 1 to 255 characters.")
     accepted = messages.accept(context().db, g.caller, data, request.get_json(), key)
+    logs.bind(message_id=accepted.body["id"])
     headers = {"Idempotent-Replayed": "true"} if accepted.replayed else {}
     return accepted.body, 202, headers
 

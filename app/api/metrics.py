@@ -1,23 +1,56 @@
 """`/metrics`: Prometheus text for the whole fleet.
 
-The counters workers keep in Redis are read at scrape time, so one scrape of any API
-process sees every worker's numbers.
+Nothing here is per process: workers add their counts and histograms to Redis
+(app/counters.py), beat stores the backlog gauges (app/gauges.py), and provider pause and
+breaker state is read where the workers keep it. So one scrape of any API process sees
+every worker on every machine, however many prefork children or autoscaled workers
+came and went.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from flask import Response
 from flask_smorest import Blueprint
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
-from app.api import context
+from app.api import Context, context
+from app.api.requests import request_tally
 from app.counters import RedisCounterCollector
+from app.gauges import GaugeCollector
+from app.services.operations import BREAKER_STATES, provider_states
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics.")
 
 
+class ProviderStateCollector:
+    """Paused providers and circuit-breaker states, read from Redis at scrape time."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        paused = GaugeMetricFamily("tidings_provider_paused", "1 while a provider is paused.", labels=["provider"])
+        breaker = GaugeMetricFamily(
+            "tidings_provider_breaker_state",
+            "1 for the state each provider's circuit breaker is in.",
+            labels=["provider", "state"],
+        )
+        for state in provider_states(self.ctx.settings, self.ctx.redis):
+            paused.add_metric([state["name"]], float(state["paused"]))
+            for name in BREAKER_STATES:
+                breaker.add_metric([state["name"], name], float(state["breaker"] == name))
+        yield paused
+        yield breaker
+
+
 @blp.route("/metrics")
 def metrics() -> Response:
+    ctx = context()
+    request_tally.flush(ctx.redis)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCounterCollector(context().redis))
+    for collector in (RedisCounterCollector(ctx.redis), GaugeCollector(ctx.redis), ProviderStateCollector(ctx)):
+        registry.register(collector)
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import enqueue_after_commit
 from app.enums import EventType
-from app.errors import abort
+from app.errors import abort, uuid_or_404
+from app.models import Message
 from tasks import dispatch, store
 from tasks.breaker import CircuitBreakers
 from tasks.celery_app import active_providers
@@ -74,6 +75,10 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
     return len(rows)
 
 
+# A circuit breaker's states, in the order an alert reads them: closed is healthy.
+BREAKER_STATES = ("closed", "half_open", "open")
+
+
 def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
     """Every provider this deployment routes to: where it sits in each channel's failover
     order, its pace, pause and circuit breaker."""
@@ -117,3 +122,12 @@ def set_pause(settings: Settings, client: redis.Redis, provider: str, pause: dic
         pauses.resume(provider)  # a hand-set pause replaces whatever was there
         pauses.pause(provider, pause["seconds"], pause["reason"])
     return next(state for state in provider_states(settings, client) if state["name"] == provider)
+
+
+def project_of_message(db: sessionmaker[Session], message_id: str) -> str:
+    """The project a message belongs to, for operators who hold an id and nothing else."""
+    with db() as session:
+        project = session.scalar(select(Message.project_id).where(Message.id == uuid_or_404(message_id, "message")))
+    if project is None:
+        abort(404, f"No message {message_id!r}.")
+    return project

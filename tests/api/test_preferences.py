@@ -78,7 +78,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
     admin = bearer(ADMIN_KEY)
     created = client.post("/v1/admin/projects", json={"name": "S", "settings": SETTINGS}, headers=admin)
     assert created.status_code == 201
-    assert created.get_json()["settings"] == {**SETTINGS, "tracking": UNTRACKED}
+    assert created.get_json()["settings"] == {**SETTINGS, "tracking": UNTRACKED, "retention_days": 30}
     project_id = created.get_json()["id"]
     patched = client.patch(
         f"/v1/admin/projects/{project_id}",
@@ -90,6 +90,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "category_defaults": {},
         "quiet_hours": None,
         "tracking": UNTRACKED,
+        "retention_days": 30,
     }
     plain = client.post("/v1/admin/projects", json={"name": "Plain"}, headers=admin).get_json()
     assert plain["settings"] == {
@@ -97,6 +98,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "category_defaults": {},
         "quiet_hours": None,
         "tracking": UNTRACKED,
+        "retention_days": 30,
     }
 
 
@@ -126,4 +128,4 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "/v1/templates/{key}/preview",
     } <= set(spec["paths"])
     settings = spec["components"]["schemas"]["ProjectSettings"]["properties"]
-    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours", "tracking"}
+    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours", "tracking", "retention_days"}

@@ -1,0 +1,142 @@
+"""`/metrics` after real sends: every family the issue names, with the numbers the pipeline made."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from tasks.backlog import measure_backlog
+from tasks.deliver import deliver
+from tests.conftest import ADMIN_KEY, bearer, email
+from tests.provider_server import json_response
+
+ADMIN = bearer(ADMIN_KEY)
+
+FAMILIES = {
+    "tidings_http_requests": "counter",
+    "tidings_http_request_seconds": "histogram",
+    "tidings_messages": "counter",
+    "tidings_provider_call_seconds": "histogram",
+    "tidings_accept_to_provider_seconds": "histogram",
+    "tidings_delivery_attempts": "counter",
+    "tidings_retries": "counter",
+    "tidings_dead_letters": "counter",
+    "tidings_sweeper_recovered": "counter",
+    "tidings_pacing_postponed": "counter",
+    "tidings_pause_postponed": "counter",
+    "tidings_provider_pauses": "counter",
+    "tidings_provider_paused": "gauge",
+    "tidings_provider_breaker_state": "gauge",
+    "tidings_queue_depth": "gauge",
+    "tidings_pending_messages": "gauge",
+    "tidings_oldest_pending_seconds": "gauge",
+    "tidings_gauges_measured_at_seconds": "gauge",
+}
+
+
+def scrape(client) -> dict[str, list]:
+    body = client.get("/metrics").get_data(as_text=True)
+    return {family.name: family for family in text_string_to_metric_families(body)}
+
+
+def value(family, sample_name: str, **labels: str) -> float:
+    return sum(s.value for s in family.samples if s.name == sample_name and labels.items() <= s.labels.items())
+
+
+def held_message(project, engine, status: str, **columns) -> str:
+    """A message put in `status` by hand, with no task for it: the test decides what runs."""
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    assignments = "".join(f", {name} = :{name}" for name in columns)
+    with engine.begin() as connection:
+        connection.execute(
+            text(f"UPDATE messages SET status = :status, scheduled_at = NULL{assignments} WHERE id = :id"),
+            {"status": status, "id": message_id, **columns},
+        )
+    return message_id
+
+
+@pytest.fixture(autouse=True)
+def _resume(client):
+    yield
+    client.post("/v1/admin/providers/fake/resume", headers=ADMIN)
+
+
+@pytest.mark.usefixtures("worker")
+def test_every_family_is_exposed_after_a_real_send(client, project, engine, fake_provider):
+    before = scrape(client)
+    sent = project.wait_for(project.send(email()).get_json()["id"])
+    assert sent["status"] == "sent"
+
+    ready = {"provider": "fake", "to_address": "ada@example.com"}
+    retried = held_message(project, engine, "ready", **ready)
+    last_try = held_message(project, engine, "ready", attempts=2, **ready)  # MAX_ATTEMPTS is 3 here
+    fake_provider.override = lambda request: json_response({"error": "busy"}, status=503)
+    deliver("fake", [retried, last_try])
+    fake_provider.override = None
+    assert project.get(retried).get_json()["status"] == "retrying"
+    assert project.get(last_try).get_json()["status"] == "dead"
+
+    client.post("/v1/admin/providers/fake/pause", json={"seconds": 60}, headers=ADMIN)
+    postponed = held_message(project, engine, "ready", **ready)
+    deliver("fake", [postponed])
+    waiting = held_message(project, engine, "accepted")
+    measure_backlog()
+    after = scrape(client)
+
+    assert {name: after[name].type for name in FAMILIES} == FAMILIES
+
+    def grew(name: str, sample: str, **labels: str) -> float:
+        return value(after[name], sample, **labels) - value(before[name], sample, **labels)
+
+    fake = {"channel": "email", "provider": "fake"}
+    assert grew("tidings_messages", "tidings_messages_total", outcome="sent", **fake) >= 1
+    assert grew("tidings_messages", "tidings_messages_total", outcome="ready", **fake) >= 1
+    assert grew("tidings_retries", "tidings_retries_total", **fake) >= 1
+    assert grew("tidings_dead_letters", "tidings_dead_letters_total", **fake) >= 1
+    assert grew("tidings_delivery_attempts", "tidings_delivery_attempts_total", **fake) >= 3
+    assert grew("tidings_pause_postponed", "tidings_pause_postponed_total", provider="fake") >= 1
+    assert grew("tidings_provider_call_seconds", "tidings_provider_call_seconds_count", provider="fake") >= 2
+    latency = "tidings_accept_to_provider_seconds"
+    assert grew(latency, f"{latency}_count", **fake) >= 1
+    assert grew(latency, f"{latency}_bucket", le="+Inf", **fake) == grew(latency, f"{latency}_count", **fake)
+    route = {"method": "POST", "route": "/v1/messages"}
+    assert grew("tidings_http_requests", "tidings_http_requests_total", status="202", **route) >= 5
+    assert grew("tidings_http_request_seconds", "tidings_http_request_seconds_count", **route) >= 5
+    assert value(after["tidings_provider_paused"], "tidings_provider_paused", provider="fake") == 1
+    assert value(after["tidings_provider_paused"], "tidings_provider_paused", provider="log") == 0
+    breaker = after["tidings_provider_breaker_state"]
+    assert value(breaker, "tidings_provider_breaker_state", provider="fake", state="closed") == 1
+    assert value(breaker, "tidings_provider_breaker_state", provider="fake", state="open") == 0
+    depths = {s.labels["queue"] for s in after["tidings_queue_depth"].samples}
+    assert {"prepare.transactional", "deliver.fake.transactional", "beat"} <= depths
+    lane = {"lane": "prepare.transactional"}
+    assert value(after["tidings_pending_messages"], "tidings_pending_messages", **lane) >= 1
+    assert value(after["tidings_oldest_pending_seconds"], "tidings_oldest_pending_seconds", **lane) >= 0
+
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": [waiting, postponed]},
+        )
+
+
+def test_request_counts_reach_redis_without_a_round_trip_each(client, project):
+    """Requests are buffered in the process and flushed by the scrape that reports them."""
+    before = scrape(client)["tidings_http_requests"]
+    for _ in range(3):
+        assert project.call("GET", "/v1/messages").status_code == 200
+    assert client.get("/v1/nowhere").status_code == 404
+    after = scrape(client)["tidings_http_requests"]
+    listed = {"method": "GET", "route": "/v1/messages", "status": "200"}
+    assert (
+        value(after, "tidings_http_requests_total", **listed) - value(before, "tidings_http_requests_total", **listed)
+        == 3
+    )
+    unmatched = {"route": "<unmatched>", "status": "404"}
+    assert value(after, "tidings_http_requests_total", **unmatched) > value(
+        before, "tidings_http_requests_total", **unmatched
+    )
