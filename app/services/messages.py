@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import uuid
@@ -20,6 +19,7 @@ from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
 from app.event_log import sent_data
 from app.models import Event, Message, MessageContent
+from app.pagination import decode_cursor, page
 from app.schemas import ADDRESS_FOR_CHANNEL
 from app.services import engagement, intake, templates
 from tasks import dispatch, store
@@ -154,27 +154,21 @@ def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str,
         query = query.where(Message.created_at >= filters["since"])
     if filters.get("until") is not None:
         query = query.where(Message.created_at < filters["until"])
-    if filters.get("cursor") is not None:
-        created_at, last_id = decode_cursor(filters["cursor"])
-        query = query.where(tuple_(Message.created_at, Message.id) < tuple_(created_at, last_id))
+    after = decode_cursor(filters.get("cursor"), 2)
+    if after is not None:
+        query = query.where(tuple_(Message.created_at, Message.id) < tuple_(*cursor_key(after)))
     with db() as session:
         rows = session.execute(query).all()
-    page = rows[: filters["limit"]]
-    next_cursor = encode_cursor(page[-1][0]) if len(rows) > filters["limit"] else None
-    return {"items": [message_view(message, meta) for message, meta in page], "next_cursor": next_cursor}
+    result = page(rows, filters["limit"], key=lambda row: (row[0].created_at.isoformat(), str(row[0].id)))
+    result["items"] = [message_view(message, meta) for message, meta in result["items"]]
+    return result
 
 
-def encode_cursor(message: Message) -> str:
-    raw = json.dumps([message.created_at.isoformat(), str(message.id)])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def cursor_key(after: list[str]) -> tuple[datetime, uuid.UUID]:
     try:
-        created_at, message_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return datetime.fromisoformat(created_at), uuid.UUID(message_id)
-    except (ValueError, TypeError):
-        field_error(422, INVALID, "query", "cursor", "Not a cursor this API gave out.")
+        return datetime.fromisoformat(after[0]), uuid.UUID(after[1])
+    except ValueError:
+        field_error(422, INVALID, "query", "cursor", "Not a cursor this list gave out.")
 
 
 CANCELLABLE = (MessageStatus.SCHEDULED, MessageStatus.ACCEPTED, MessageStatus.READY, MessageStatus.RETRYING)
