@@ -120,7 +120,8 @@ def test_requeue_pause_resume(tidings, client, project, engine):
     assert client.get("/v1/admin/providers", headers=bearer(ADMIN_KEY)).get_json()[0]["paused"] is True
     requeued = tidings("requeue", "--id", dead, "--by", "ops@acme")
     assert requeued.output.strip() == "requeued 1"
-    assert project.get(dead).get_json()["events"][-1]["data"] == {"by": "ops@acme", "previous_attempts": 3}
+    requeued_event = next(e for e in project.get(dead).get_json()["events"] if e["type"] == "requeued")
+    assert requeued_event["data"] == {"by": "ops@acme", "previous_attempts": 3}
     resumed = tidings("resume", "fake")
     assert resumed.exit_code == 0 and "no" in resumed.output.splitlines()[1]
 

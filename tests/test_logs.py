@@ -81,6 +81,11 @@ def test_a_bad_log_format_is_refused():
 
 
 @pytest.mark.usefixtures("worker")
+def ours_from_instrument(line: dict, message_id: str) -> bool:
+    return line["logger"] == "tasks.instrument" and line.get("message_id") == message_id
+
+
+@pytest.mark.usefixtures("worker")
 def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provider, lines):
     fake_provider.override = lambda request: json_response(
         {
@@ -94,7 +99,7 @@ def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provide
     message_id = answer.get_json()["id"]
     assert project.wait_for(message_id)["status"] == "failed"
     deadline = time.monotonic() + 10
-    while not any(line["logger"] == "tasks.instrument" for line in lines.lines) and time.monotonic() < deadline:
+    while not any(ours_from_instrument(line, message_id) for line in lines.lines) and time.monotonic() < deadline:
         time.sleep(0.05)
 
     access = next(line for line in lines.lines if line["logger"] == "tidings.access")
@@ -104,7 +109,8 @@ def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provide
         message_id,
         202,
     )
-    batch = next(line for line in lines.lines if line["logger"] == "tasks.instrument" and line["level"] == "info")
+    # Other tests' retries may land meanwhile: pick this message's batch line.
+    batch = next(line for line in lines.lines if ours_from_instrument(line, message_id) and line["level"] == "info")
     assert (batch["request_id"], batch["message_id"], batch["outcomes"]) == ("req-trace-1", message_id, {"failed": 1})
     failed = next(line for line in lines.lines if line.get("message_id") == message_id and line["level"] == "warning")
     assert failed["request_id"] == "req-trace-1"
