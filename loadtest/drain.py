@@ -37,9 +37,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import noop_task
+import progress
 import redis
 import requests
-from harness import Processes, bench_env, servers
+from harness import LAYOUTS, POOL, Processes, bench_env, describe_layout, layout_queues, servers
 from peak_rss import PeakRss, postgres_pid, redis_pid
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
@@ -47,16 +48,13 @@ from sqlalchemy import Engine, create_engine, text
 from app import migrate
 from app.config import Settings
 from app.db import session_factory, session_scope
-from app.enums import ACTIVE_STATUSES, KeyKind
+from app.enums import KeyKind
 from app.services import projects
 from tasks import maintenance
 from tasks.celery_app import all_queues, configure
 
 # Provider modes: what LOG_PROVIDER_MAX_BATCH is, and how the report names it.
 MODES = {"batch": ("100", "log provider, 100 messages per call"), "single": ("1", "log provider, one message per call")}
-LAYOUTS = ("one", "two", "split")
-# Every worker of both the pipeline and the no-op ceiling runs with these.
-POOL = ("--pool", "threads", "--concurrency", "8")
 API_WORKERS = 2
 TEMPLATE = {
     "key": "drain",
@@ -65,7 +63,6 @@ TEMPLATE = {
     "text": "Hello,\n\nhere is issue {{ issue }}: what we did this month.\n\nThe team",
     "html": "<p>Hello,</p><p>here is issue <b>{{ issue }}</b>: what we did this month.</p><p>The team</p>",
 }
-PENDING = text("SELECT count(*) FROM messages WHERE project_id = :project AND status = ANY(:active)")
 RELEASE = text(
     """
     UPDATE messages SET status = 'accepted', scheduled_at = now(), next_attempt_at = NULL, updated_at = now()
@@ -100,9 +97,7 @@ class ModeResult:
 
     @property
     def lost(self) -> int:
-        """Accepted messages that are not terminal (or not there at all) at the end."""
-        terminal = sum(n for status, n in self.statuses.items() if status not in ACTIVE_STATUSES)
-        return self.accepted - terminal
+        return progress.lost(self.accepted, self.statuses)
 
 
 @dataclass(frozen=True)
@@ -110,22 +105,6 @@ class NoopResult:
     tasks: int
     publish_seconds: float
     drain_seconds: float
-
-
-def worker_queues(layout: str, queues: list[str]) -> dict[str, list[str]]:
-    """Each worker process of the layout and the queues it consumes."""
-    if layout == "one":
-        return {"worker": queues}
-    if layout == "two":
-        return {"worker-1": queues, "worker-2": queues}
-    deliver = [q for q in queues if q.startswith("deliver.")]
-    return {"prepare": [q for q in queues if q not in deliver], "deliver": deliver}
-
-
-def describe_layout(layout: str) -> str:
-    workers = {"one": "one worker process on every queue", "two": "two worker processes on every queue"}
-    split = "two worker processes: one on the prepare, webhook and beat queues, one on the deliver queues"
-    return f"{workers.get(layout, split)}; pool {POOL[1]}, concurrency {POOL[3]}"
 
 
 def batch_bodies(batches: int, recipients: int, run: str) -> list[bytes]:
@@ -206,24 +185,14 @@ def release(database_url: str, project_id: str) -> tuple[int, datetime]:
 def wait_drained(engine: Engine, project_id: str, released_at: datetime, timeout: float) -> tuple[float, Counter]:
     """Poll until no message of the project has work ahead; (seconds from the release to the
     last finalise, by the database's clock; statuses at the end)."""
-    active = [status.value for status in ACTIVE_STATUSES]
     deadline = time.monotonic() + timeout
     with engine.connect() as connection:
-        while connection.scalar(PENDING, {"project": project_id, "active": active}) and time.monotonic() < deadline:
-            connection.commit()
+        while progress.pending(connection, project_id) and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
-        statuses = Counter(
-            dict(
-                connection.execute(
-                    text("SELECT status, count(*) FROM messages WHERE project_id = :project GROUP BY status"),
-                    {"project": project_id},
-                ).all()
-            )
-        )
         finished = connection.scalar(
             text("SELECT max(updated_at) FROM messages WHERE project_id = :project"), {"project": project_id}
         )
-    return (finished - released_at).total_seconds(), statuses
+    return (finished - released_at).total_seconds(), progress.statuses(engine, project_id)
 
 
 def table_bytes(engine: Engine) -> int:
@@ -243,9 +212,7 @@ def stack(env: dict[str, str], directory: Path, layout: str) -> Iterator[Process
     """The API, the workers of the layout and beat, stopped when the block ends."""
     processes = Processes(directory, env)
     try:
-        queues = all_queues(Settings.from_env(env))
-        for name, consumed in worker_queues(layout, queues).items():
-            processes.start_worker(name, "-Q", ",".join(consumed), *POOL)
+        processes.start_workers(layout, all_queues(Settings.from_env(env)))
         processes.start_beat()
         yield processes
     finally:
@@ -313,7 +280,7 @@ def noop_ceiling(urls: dict[str, str], directory: Path, layout: str, tasks: int)
         noop_task.noop.apply_async(queue=noop_task.QUEUE)
     publish_seconds = time.perf_counter() - started
     processes = Processes(directory, env)
-    names = ["noop"] if layout == "one" else ["noop-1", "noop-2"]
+    names = [f"noop-{name}" for name in layout_queues(layout, ())]
     try:
         for name in names:
             processes.start_worker(name, "--include", "noop_task", "-Q", noop_task.IDLE_QUEUE, *POOL)
@@ -356,8 +323,7 @@ def report(results: list[ModeResult], noop: NoopResult | None, args: argparse.Na
         lines.append(enqueue + (f" ({result.enqueue_rate / copy_rate:.2f} of raw COPY)" if copy_rate else ""))
         drain = f"  drain: {result.accepted} in {result.drain_seconds:.2f} s = {result.drain_rate:.0f} jobs/s"
         lines.append(drain + (f" ({result.drain_rate / noop_rate:.1f} times the no-op task rate)" if noop_rate else ""))
-        statuses = ", ".join(f"{status} {n}" for status, n in result.statuses.most_common())
-        lines.append(f"  statuses: {statuses}; lost: {result.lost}")
+        lines.append(f"  statuses: {progress.describe(result.statuses)}; lost: {result.lost}")
         sizes = ", ".join(f"{size:.0f} {when}" for when, size in result.bytes_per_message.items())
         lines.append(f"  bytes per message (messages + contents + events, indexes and TOAST): {sizes}")
         lines.append("  peak RSS (with children; each counts the shared memory it touched):")
@@ -370,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=20, help="POST /v1/messages/batch requests per mode")
     parser.add_argument("--recipients", type=int, default=5000, help="recipients per batch (at most 10,000)")
     parser.add_argument("--clients", type=int, default=2, help="batch requests in flight at once")
-    parser.add_argument("--layout", choices=LAYOUTS, default="two", help="the Celery worker processes")
+    parser.add_argument("--layout", choices=LAYOUTS, default="split", help="the Celery worker processes")
     parser.add_argument("--modes", default="batch,single", help=f"provider modes, of {', '.join(MODES)}")
     parser.add_argument("--noop-tasks", type=int, default=20_000, help="tasks for the no-op ceiling (0: skip)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a drain may take before giving up")

@@ -25,6 +25,11 @@ from app.embedded import EmbeddedRedis, free_port, start_postgres
 
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+# Celery worker layouts a benchmark may run: the issue's measurements say one worker's main
+# process tops out on one core, so using both cores takes two worker processes.
+LAYOUTS = ("one", "two", "split")
+# Every benchmark worker runs with these, whatever `tidings worker` defaults to.
+POOL = ("--pool", "threads", "--concurrency", "8")
 
 
 @contextmanager
@@ -58,6 +63,22 @@ def bench_env(urls: Mapping[str, str], var_dir: Path, **overrides: str) -> dict[
     }
 
 
+def layout_queues(layout: str, queues: Sequence[str]) -> dict[str, list[str]]:
+    """Each worker process of a layout and the queues it consumes."""
+    if layout == "one":
+        return {"worker": list(queues)}
+    if layout == "two":
+        return {"worker-1": list(queues), "worker-2": list(queues)}
+    deliver = [q for q in queues if q.startswith("deliver.")]
+    return {"prepare": [q for q in queues if q not in deliver], "deliver": deliver}
+
+
+def describe_layout(layout: str) -> str:
+    named = {"one": "one worker process on every queue", "two": "two worker processes on every queue"}
+    split = "two worker processes: one on the prepare, webhook and beat queues, one on the deliver queues"
+    return f"{named.get(layout, split)}; pool {POOL[1]}, concurrency {POOL[3]}"
+
+
 def role(name: str, *args: str) -> list[str]:
     """The command line of one `tidings` role, run by this interpreter."""
     return [sys.executable, "-m", "app.cli", name, *args]
@@ -89,6 +110,13 @@ class Processes:
         return self.start(
             name, role("worker", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args), ready="ready."
         )
+
+    def start_workers(self, layout: str, queues: Sequence[str]) -> list[str]:
+        """The worker processes of `layout` on `queues`; their names."""
+        consumed = layout_queues(layout, queues)
+        for name, names in consumed.items():
+            self.start_worker(name, "-Q", ",".join(names), *POOL)
+        return list(consumed)
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen:
         beat_dir = self.directory / name
