@@ -32,6 +32,6 @@ def test_the_drain_reports_every_figure_and_every_message_ends_terminal(bench_en
         r"^  drain: 100 in [\d.]+ s = \d+ jobs/s \([\d.]+ times the no-op task rate\)$",
         r"^  statuses: sent 100; lost: 0$",
         r"^  bytes per message .*: -?\d+ before VACUUM, -?\d+ after VACUUM, -?\d+ after VACUUM FULL$",
-        *(rf"^    {process}: \d+ MB" for process in ("worker-1", "worker-2", "beat", "api", "postgres", "redis")),
+        *(rf"^    {process}: \d+ MB" for process in ("prepare", "deliver", "beat", "api", "postgres", "redis")),
     ):
         assert len(re.findall(each_mode, out, re.MULTILINE)) == 2, each_mode
