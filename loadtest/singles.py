@@ -68,6 +68,7 @@ class Load:
     ids: list[str] = field(default_factory=list)
     errors: Counter = field(default_factory=Counter)
     late: int = 0
+    skipped: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, latency: float, answer: requests.Response) -> None:
@@ -146,15 +147,24 @@ def closed_loop(url: str, key: str, clients: int, seconds: float) -> Load:
 
 
 def fixed_rate(url: str, key: str, clients: int, rate: float, seconds: float) -> Load:
-    """`rate` sends a second for `seconds`, each at its own slot; client n takes every n-th slot."""
+    """`rate` sends a second for `seconds`, each at its own slot; client n takes every n-th slot.
+
+    A server that cannot keep up makes sends late; past twice the planned time the clients
+    stop, and the slots left are counted as skipped.
+    """
     load, run = Load(), uuid.uuid4().hex[:8]
     senders = [Sender(url, key, f"{run}-{n}") for n in range(clients)]
     total = int(rate * seconds)
     started = time.perf_counter() + 0.1
+    give_up = started + 2 * seconds
 
     def client(first: int, sender: Sender) -> None:
         for slot in range(first, total, clients):
             due = started + slot / rate
+            if time.perf_counter() > give_up:
+                with load.lock:
+                    load.skipped += len(range(slot, total, clients))
+                return
             wait = due - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
@@ -200,8 +210,8 @@ class EndToEnd:
         backlog = self.backlog or [0]
         third = max(len(backlog) // 3, 1)
         return [
-            f"end to end at {rate:.0f}/s for {seconds:.0f} s ({clients} clients, {self.load.late} sends late by more "
-            f"than {LATE_SECONDS * 1000:.0f} ms): {self.load.describe()}",
+            f"end to end at {rate:.0f}/s for {seconds:.0f} s ({clients} clients; sends late by more than "
+            f"{LATE_SECONDS * 1000:.0f} ms: {self.load.late}, skipped: {self.load.skipped}): {self.load.describe()}",
             f"  accept → sent: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {slowest * 1000:.0f} ms",
             f"  statuses: {progress.describe(self.statuses)}; lost: {progress.lost(len(self.load.ids), self.statuses)}",
             f"  backlog (not yet terminal, once a second): {' '.join(map(str, backlog))}",
