@@ -1,7 +1,7 @@
 """The drain benchmark, the peer's protocol: accept 100,000 jobs through the batch API, release
 them at once, and time the drain, beside the ceilings of this machine measured in the same run.
 
-    python loadtest/drain.py [--batches 20] [--recipients 5000] [--layout two] [--clients 2]
+    python loadtest/drain.py [--batches 20] [--recipients 5000] [--layout split] [--clients 2]
 
 For each provider mode — `batch`: the `log` provider taking 100 messages per call; `single`:
 the same provider taking one per call (LOG_PROVIDER_MAX_BATCH) — it starts the stack (the
@@ -46,7 +46,7 @@ from report import append_section
 from sqlalchemy import Engine, create_engine, text
 
 from app import migrate
-from app.config import Settings
+from app.config import Settings, database_url_from_env
 from app.db import session_factory, session_scope
 from app.enums import KeyKind
 from app.services import projects
@@ -208,13 +208,14 @@ def vacuum(engine: Engine, full: bool) -> None:
 
 
 @contextmanager
-def stack(env: dict[str, str], directory: Path, layout: str) -> Iterator[Processes]:
-    """The API, the workers of the layout and beat, stopped when the block ends."""
+def stack(env: dict[str, str], directory: Path, layout: str) -> Iterator[tuple[Processes, str]]:
+    """The API, the workers of the layout and beat, stopped when the block ends; and the API's URL."""
     processes = Processes(directory, env)
     try:
+        api = processes.start_api(API_WORKERS)
         processes.start_workers(layout, all_queues(Settings.from_env(env)))
         processes.start_beat()
-        yield processes
+        yield processes, api
     finally:
         processes.stop()
 
@@ -240,8 +241,7 @@ def run_mode(
     result = ModeResult(mode)
     bodies = batch_bodies(args.batches, args.recipients, project_id)
     size_before = table_bytes(engine)
-    with stack(env, mode_dir, args.layout) as processes:
-        api = processes.start_api(API_WORKERS)
+    with stack(env, mode_dir, args.layout) as (processes, api):
         created = requests.post(
             f"{api}/v1/templates", json=TEMPLATE, headers={"Authorization": f"Bearer {key}"}, timeout=30
         )
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     noop = None
     with servers() as urls, tempfile.TemporaryDirectory(prefix="drain-") as scratch:
         directory = Path(scratch)
-        database_url = Settings.from_env(bench_env(urls, directory)).database_url
+        database_url = database_url_from_env(urls)
         migrate.upgrade(database_url)
         engine = create_engine(database_url)
         db = session_factory(database_url)

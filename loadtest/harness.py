@@ -52,10 +52,11 @@ def servers() -> Iterator[dict[str, str]]:
 
 def bench_env(urls: Mapping[str, str], var_dir: Path, **overrides: str) -> dict[str, str]:
     """What a benchmark's `tidings` processes run with: this environment, the run's servers
-    and keys made for the run."""
+    (Redis as the broker too) and keys made for the run."""
     return {
         **os.environ,
         **urls,
+        "CELERY_BROKER_URL": urls["REDIS_URL"],
         "TIDINGS_ADMIN_KEY": secrets.token_urlsafe(24),
         "TIDINGS_SECRET_KEY": secrets.token_urlsafe(24),
         "TIDINGS_VAR_DIR": str(var_dir),

@@ -1,16 +1,16 @@
 """Single sends under load, beside the ceiling of the same run.
 
-Throughput: N HTTP clients (8 threads, each a requests.Session keeping its connection) send
-POST /v1/messages one after another for S seconds (30) to the API (`tidings api`: gunicorn,
-2 workers) while no Celery worker runs, then the same to a bare endpoint under the same
+End to end (first): a fixed rate (400/s for 60 s) spread over N HTTP clients, through the
+API, Celery workers in the chosen layout, beat and the `log` provider: accept → sent
+latency (sent_at - created_at, by the database's clock), the backlog once a second, and
+every message terminal at the end.
+
+Throughput (then, the workers stopped): the N clients (8 threads, each a requests.Session
+keeping its connection) send POST /v1/messages one after another for S seconds (30) to the
+API (`tidings api`: gunicorn, 2 workers), then the same to a bare endpoint under the same
 gunicorn settings that does one INSERT and one broker publish (loadtest/bare_api.py):
 req/s, p50/p99, and ours as a share of the bare one. Every id the API answered must be in
 PostgreSQL.
-
-End to end, first: a fixed rate (400/s for 60 s, spread over the same clients) through the
-API, workers in the chosen layout, beat and the `log` provider: accept → sent latency
-(sent_at - created_at, by the database's clock), the backlog once a second, and every
-message terminal at the end.
 
     python loadtest/singles.py [--clients 8] [--seconds 30] [--rate 400] [--e2e-seconds 60] [--layout split]
 
@@ -44,9 +44,10 @@ from sqlalchemy import Engine, create_engine, text
 from app import migrate
 from app.config import Settings
 from app.db import session_factory
-from app.enums import KeyKind
+from app.enums import KeyKind, Priority
 from app.services import projects
 from tasks.celery_app import all_queues, configure
+from tasks.queues import prepare_queue
 
 API_WORKERS = 2
 WARM_UP = 5  # requests per client before the clock starts: connections, pools, caches
@@ -230,7 +231,7 @@ SENT_LATENCY = text(
 
 
 def end_to_end(api: str, key: str, engine: Engine, project_id: str, args: argparse.Namespace) -> EndToEnd:
-    """The fixed-rate load, then the wait for its last message (as long again as the load, at most)."""
+    """The fixed-rate load, then the wait for its last message (as long again as the load, or 30 s)."""
     with backlog_samples(engine, project_id) as backlog:
         load = fixed_rate(api, key, args.clients, args.rate, args.e2e_seconds)
         deadline = time.monotonic() + max(args.e2e_seconds, 30)
@@ -307,7 +308,7 @@ def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines.append(f"ours / bare: {len(ours.ids) / ours.seconds / (len(bare.ids) / bare.seconds):.2f}")
         finally:
             processes.stop()
-            purge(settings, ["prepare.transactional", bare_api.QUEUE])
+            purge(settings, [prepare_queue(Priority.TRANSACTIONAL), bare_api.QUEUE])
             projects.delete_project(db, project_id)
             engine.dispose()
     return lines, whole
