@@ -39,7 +39,10 @@ def main(argv: Sequence[str]) -> int:
     code = pytest.main([str(BENCHMARKS), "--benchmark-autosave", f"--benchmark-storage=file://{STORAGE}", *argv])
     saved = [path for path in saved_runs() if path not in before]
     if code != 0 or not saved:
-        print(f"pytest exited with {code} and saved {len(saved)} run(s): nothing appended to BENCHMARKS.md")
+        # A partial run is not kept: it would be the baseline of the next comparison.
+        for path in saved:
+            path.unlink()
+        print(f"no complete run saved (pytest exited with {code}): nothing appended to BENCHMARKS.md")
         return int(code) or 1
     body = summary(load(saved[-1]))
     print(f"\n{body}\n\nsaved as {saved[-1]}; `make bench-compare` compares it with the run before")
