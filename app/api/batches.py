@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import g, request
+from flask import g
 
 from app.api import context, idempotency
 from app.api.project import large_body, project_blueprint
@@ -25,7 +25,8 @@ def send_batch(data: dict[str, Any]):
     Each recipient's `data` is merged over the shared `data`. No valid recipient → 422.
     Same Idempotency-Key and body → the original answer.
     """
-    accepted = batches.send_batch(context().db, g.caller, data, request.get_json(), idempotency.key_from_request())
+    key = idempotency.key_from_request()
+    accepted = batches.send_batch(context().db, g.caller, data, idempotency.guarded_body(key), key)
     return idempotency.answer(accepted)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import g, request
+from flask import g
 
 from app import logs
 from app.api import context, idempotency
@@ -21,7 +21,8 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 @blp.alt_response(409)
 def send(data: dict[str, Any]):
     """Send one notification. Same Idempotency-Key and body → the original answer."""
-    accepted = messages.accept(context().db, g.caller, data, request.get_json(), idempotency.key_from_request())
+    key = idempotency.key_from_request()
+    accepted = messages.accept(context().db, g.caller, data, idempotency.guarded_body(key), key)
     logs.bind(message_id=accepted.body["id"])
     return idempotency.answer(accepted)
 
