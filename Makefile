@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint fmt api worker beat flower migrate bench-digest clean
+.PHONY: help install run test lint fmt api worker beat flower migrate bench bench-compare bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -48,6 +48,12 @@ flower: $(STAMP) ## Only Flower (basic auth from FLOWER_BASIC_AUTH)
 
 migrate: $(STAMP) ## Apply database migrations to DATABASE_URL
 	$(BIN)/tidings db upgrade
+
+bench: $(STAMP) ## Micro-benchmarks: save the run, print it, append it to BENCHMARKS.md (BENCH_ARGS: pytest options)
+	$(BIN)/python loadtest/bench.py $(BENCH_ARGS)
+
+bench-compare: $(STAMP) ## Compare the two newest `make bench` runs; fails when one is > 25% slower
+	$(BIN)/python loadtest/bench_compare.py $(COMPARE_ARGS)
 
 bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~25 min, ~7 GB in /tmp)
 	$(BIN)/python loadtest/digest_bench.py --sizes 100000,10000000

@@ -60,6 +60,8 @@ class SubscriberSchema(Schema):
 
 
 class SubscriberImportRowSchema(SubscriberSchema):
+    error_messages = {"type": "Give an object."}
+
     external_id = fields.String(required=True, validate=EXTERNAL_ID)
 
 

@@ -149,6 +149,7 @@ class Message(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    # No foreign key to batches: it would cost a lookup per message of a batch insert.
     batch_id: Mapped[uuid.UUID | None]
     channel: Mapped[Channel] = mapped_column(_enum(Channel))
     status: Mapped[MessageStatus] = mapped_column(_enum(MessageStatus))
@@ -173,6 +174,32 @@ class Message(Base):
     ready_at: Mapped[datetime | None]
     claimed_at: Mapped[datetime | None]
     sent_at: Mapped[datetime | None]
+
+
+class Batch(Base):
+    """One POST /v1/messages/batch: what its messages share, and how many it took and refused.
+
+    With an Idempotency-Key, `response` keeps the 202 body so a replay answers it again.
+    """
+
+    __tablename__ = "batches"
+    __table_args__ = (UniqueConstraint("project_id", "idempotency_key", name="uq_batches_project_idempotency_key"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    channel: Mapped[Channel] = mapped_column(_enum(Channel))
+    priority: Mapped[Priority] = mapped_column(_enum(Priority))
+    category: Mapped[str | None] = mapped_column(String(64))
+    template: Mapped[str | None] = mapped_column(String(128))
+    template_version: Mapped[int | None]
+    test: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    accepted: Mapped[int] = mapped_column(Integer)
+    rejected: Mapped[int] = mapped_column(Integer)
+    scheduled_at: Mapped[datetime | None]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    response: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = _now()
 
 
 class MessageContent(Base):

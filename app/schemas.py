@@ -146,6 +146,19 @@ class KeySchema(Schema):
     revoked_at = fields.DateTime(allow_none=True)
 
 
+ADDRESS_KINDS = frozenset({"subscriber_id", "email", "phone", "device_token", "url"})
+EXACTLY_ONE_ADDRESS = "Give exactly one of subscriber_id, email, phone, device_token, url."
+
+
+def address_misfit(channel: Channel, kind: str) -> str | None:
+    """Why a `channel` message cannot go to an address of `kind`; None when it can."""
+    expected = ADDRESS_FOR_CHANNEL.get(channel)
+    if kind in ("subscriber_id", expected):
+        return None
+    fits = f"a subscriber_id or {expected}" if expected else "a subscriber_id (its inbox)"
+    return f"A {channel} message goes to {fits}, not {kind}."
+
+
 class RecipientSchema(Schema):
     """Exactly one way to reach the recipient."""
 
@@ -164,8 +177,8 @@ class RecipientSchema(Schema):
 
     @validates_schema
     def exactly_one(self, data: dict[str, Any], **_: Any) -> None:
-        if len(data) != 1:
-            raise ValidationError("Give exactly one of subscriber_id, email, phone, device_token, url.", "_schema")
+        if len(ADDRESS_KINDS & data.keys()) != 1:
+            raise ValidationError(EXACTLY_ONE_ADDRESS, "_schema")
 
 
 class ContentSchema(Schema):
@@ -175,9 +188,10 @@ class ContentSchema(Schema):
     title = fields.String(validate=validate.Length(1, 256))
 
 
-class SendSchema(Schema):
+class MessageFieldsSchema(Schema):
+    """What a single send and a batch share: the channel, the content and how it is routed."""
+
     channel = fields.Enum(Channel, by_value=True, required=True)
-    to = fields.Nested(RecipientSchema, required=True)
     template = fields.String(validate=validate.Length(1, 128))
     data = fields.Dict(keys=fields.String())
     locale = locale_field()
@@ -191,16 +205,11 @@ class SendSchema(Schema):
     )
 
     @validates_schema
-    def content_and_recipient_fit(self, data: dict[str, Any], **_: Any) -> None:
+    def content_fits(self, data: dict[str, Any], **_: Any) -> None:
         errors: dict[str, list[str]] = {}
         if ("template" in data) == ("content" in data):
             errors["content"] = ["Give either template or content, not both and not neither."]
-        channel, to = data.get("channel"), data.get("to") or {}
-        kind = next(iter(to), None)
-        expected = ADDRESS_FOR_CHANNEL.get(channel)
-        if kind not in (None, "subscriber_id", expected):
-            fits = f"a subscriber_id or {expected}" if expected else "a subscriber_id (its inbox)"
-            errors["to"] = [f"A {channel} message goes to {fits}, not {kind}."]
+        channel = data.get("channel")
         content = data.get("content") or {}
         if channel is Channel.EMAIL and "content" in data:
             if "subject" not in content:
@@ -211,6 +220,17 @@ class SendSchema(Schema):
             errors.setdefault("content", []).append(f"A {channel} message needs text or title.")
         if errors:
             raise ValidationError(errors)
+
+
+class SendSchema(MessageFieldsSchema):
+    to = fields.Nested(RecipientSchema, required=True)
+
+    @validates_schema
+    def recipient_fits(self, data: dict[str, Any], **_: Any) -> None:
+        kind = next(iter(data.get("to") or {}), None)
+        misfit = None if kind is None or "channel" not in data else address_misfit(data["channel"], kind)
+        if misfit:
+            raise ValidationError([misfit], "to")
 
 
 class AcceptedSchema(Schema):

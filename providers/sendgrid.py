@@ -60,6 +60,15 @@ def address(value: str) -> dict[str, str]:
     return {"email": email, "name": name} if name else {"email": email}
 
 
+def content_groups(batch: Sequence[Outbound]) -> list[list[Outbound]]:
+    """The batch cut into groups that share their content: one request each."""
+    groups: dict[tuple, list[Outbound]] = defaultdict(list)
+    for message in batch:
+        key = (message.from_address, message.reply_to, message.text, message.html, tuple(message.attachments))
+        groups[key].append(message)
+    return list(groups.values())
+
+
 class SendGridProvider:
     name: ClassVar[str] = "sendgrid"
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
@@ -79,11 +88,7 @@ class SendGridProvider:
         return cls(required(env, "SENDGRID_API_KEY"), required(env, "EMAIL_FROM"), env)
 
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
-        groups: dict[tuple, list[Outbound]] = defaultdict(list)
-        for message in batch:
-            key = (message.from_address, message.reply_to, message.text, message.html, tuple(message.attachments))
-            groups[key].append(message)
-        return send_groups(list(groups.values()), self._send_group)
+        return send_groups(content_groups(batch), self._send_group)
 
     def _send_group(self, group: Sequence[Outbound]) -> list[SendResult]:
         """One request for messages that share their content.

@@ -86,7 +86,10 @@ class TwilioProvider:
 
     def _send_one(self, group: Sequence[Outbound]) -> list[SendResult]:
         message = group[0]
-        sender = {"From": message.from_address} if message.from_address else self.sender
-        form = {"To": message.to, "Body": message.text or "", **sender}
-        answer = self.client.post_json(self.path, data=form) or {}
+        answer = self.client.post_json(self.path, data=self.form(message)) or {}
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=answer.get("sid"))]
+
+    def form(self, message: Outbound) -> dict[str, str]:
+        """The request's form fields; apart from sending, so benchmarks can time building alone."""
+        sender = {"From": message.from_address} if message.from_address else self.sender
+        return {"To": message.to, "Body": message.text or "", **sender}

@@ -165,7 +165,7 @@ class WebhookProvider:
         message = group[0]
         if not message.to.startswith(("https://", "http://")):
             raise PermanentError(f"not an http(s) URL: {message.to!r}")
-        body = json.dumps(payload(message), separators=(",", ":"))
+        body = request_body(message)
         try:
             self.client.request("POST", message.to, data=body.encode(), headers=self.headers(message, body))
         except RefusedTarget as error:
@@ -174,6 +174,11 @@ class WebhookProvider:
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
         return signed_headers(message.message_id, body, [self.key])
+
+
+def request_body(message: Outbound) -> str:
+    """The JSON we POST, compact; apart from sending, so benchmarks can time building alone."""
+    return json.dumps(payload(message), separators=(",", ":"))
 
 
 def payload(message: Outbound) -> Any:

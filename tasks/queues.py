@@ -1,7 +1,10 @@
 """Queue names: one lane per stage, provider and priority.
 
 Workers list transactional lanes first and consume them in that order, so a password
-reset never waits behind a campaign.
+reset never waits behind a campaign. Within a priority the deliver lanes come before the
+prepare lane: Redis hands out the first non-empty queue of the list, so with prepare first a
+steady stream of sends keeps prepare busy and nothing already prepared ever goes out.
+Downstream first finishes the work in flight, and prepare runs whenever it is done.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def worker_queues(providers: Iterable[str]) -> list[str]:
     names = sorted(set(providers))
     queues: list[str] = []
     for priority in PRIORITIES_IN_ORDER:
-        queues.append(prepare_queue(priority))
         queues.extend(deliver_queue(provider, priority) for provider in names)
+        queues.append(prepare_queue(priority))
     queues.extend((WEBHOOKS_QUEUE, BEAT_QUEUE))
     return queues

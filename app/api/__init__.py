@@ -37,6 +37,7 @@ def context() -> Context:
 def create_app(settings: Settings) -> Flask:
     from app.api import (
         admin,
+        batches,
         events,
         health,
         inbound,
@@ -78,6 +79,7 @@ def create_app(settings: Settings) -> Flask:
         admin.blp,
         inbound.blp,
         messages.blp,
+        batches.blp,
         subscribers.blp,
         suppressions.blp,
         templates.blp,

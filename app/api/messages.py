@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import g, request
+from flask import g
 
 from app import logs
-from app.api import context
+from app.api import context, idempotency
 from app.api.project import project_blueprint
-from app.errors import field_error
 from app.schemas import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
 
 blp = project_blueprint("messages", __name__, description="Send notifications and follow them.")
-
-MAX_IDEMPOTENCY_KEY = 255
 
 
 @blp.route("/messages", methods=["POST"])
@@ -24,13 +21,10 @@ MAX_IDEMPOTENCY_KEY = 255
 @blp.alt_response(409)
 def send(data: dict[str, Any]):
     """Send one notification. Same Idempotency-Key and body → the original answer."""
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
-        field_error(422, "Invalid request.", "headers", "Idempotency-Key", "Use 1 to 255 characters.")
-    accepted = messages.accept(context().db, g.caller, data, request.get_json(), key)
+    key = idempotency.key_from_request()
+    accepted = messages.accept(context().db, g.caller, data, idempotency.guarded_body(key), key)
     logs.bind(message_id=accepted.body["id"])
-    headers = {"Idempotent-Replayed": "true"} if accepted.replayed else {}
-    return accepted.body, 202, headers
+    return idempotency.answer(accepted)
 
 
 @blp.route("/messages/<message_id>", methods=["GET"])

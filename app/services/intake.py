@@ -1,28 +1,39 @@
-"""Writing new messages: the one insert every way in (HTTP API, SMTP) goes through.
+"""Writing new messages: the two inserts every way in (HTTP API, SMTP, batches) goes through.
 
-Every message of one insert shares its content and differs only in its recipient, so the
-messages, their content rows and their files are one statement whatever the number of
-recipients: `messages` from the unnest of the recipients, the files once (if any message
-was inserted), and one `message_contents` row for each message that was inserted. A
-recipient whose idempotency key was used before inserts nothing, and neither does its content.
+Every message of one insert shares its routing and its content and differs only in its
+recipient (and, in a batch, in the data merged over the shared data), so an insert is one
+statement per table whatever the number of recipients:
 
-The function takes a session and never commits: the caller owns the transaction, and
-publishes the prepare tasks after it commits.
+- `insert_messages`: `INSERT … SELECT FROM unnest`, for sends that carry an idempotency key
+  per message or files (single sends, SMTP): `messages` from the unnest of the recipients,
+  the files once (if any message was inserted), one `message_contents` row per message
+  inserted. A recipient whose idempotency key was used before inserts nothing.
+- `copy_messages`: `COPY` of both tables, for batches (thousands of recipients, each with
+  its own data, the idempotency key on the batch): 1.1 to 1.3 times the rows per second of
+  the same rows through unnest on a busy 2-core box, as the server parses no giant arrays.
+
+Both take a session and never commit: the caller owns the transaction, and publishes the
+prepare tasks after it commits.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
+from app.addresses import normalise_address
 from app.enums import Channel, MessageStatus, Priority
+from app.services import templates
 from providers.base import Attachment
 
 
@@ -35,6 +46,29 @@ class Recipient:
     subscriber_id: str | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+
+
+class BatchRecipient(NamedTuple):
+    """A recipient of a batch: one address, and its own data merged over the batch's.
+
+    A tuple, not a dataclass: a batch makes ten thousand of them per request.
+    """
+
+    subscriber_id: str | None
+    to_address: str | None
+    data: Mapping[str, Any] | None = None
+
+
+def recipient_of(kind: str, value: str) -> tuple[str | None, str | None]:
+    """(subscriber_id, to_address) of an address given as {kind: value}."""
+    return (value, None) if kind == "subscriber_id" else (None, normalise_address(kind, value))
+
+
+def initial_status(scheduled_at: datetime | None) -> MessageStatus:
+    """A message asked for a later time waits `scheduled` for beat to release it."""
+    if scheduled_at is not None and scheduled_at > datetime.now(UTC):
+        return MessageStatus.SCHEDULED
+    return MessageStatus.ACCEPTED
 
 
 @dataclass(frozen=True)
@@ -60,6 +94,37 @@ class Common:
     cc: str | None = None
     headers: Mapping[str, str] | None = None
     attachments: Sequence[Attachment] = ()
+    batch_id: uuid.UUID | None = None
+
+
+def common_for_send(
+    session: Session, project_id: str, data: Mapping[str, Any], test: bool, batch_id: uuid.UUID | None = None
+) -> Common:
+    """What the messages of an API send (one, or a batch) share, from its validated body.
+
+    The template's latest version is pinned here (422 when there is none), so every message
+    of the send renders the same words however long it waits.
+    """
+    channel: Channel = data["channel"]
+    content = data.get("content") or {}
+    return Common(
+        channel=channel,
+        priority=data["priority"],
+        status=initial_status(data.get("scheduled_at")),
+        category=data.get("category"),
+        test=test,
+        bypass_quiet_hours=data["bypass_quiet_hours"],
+        template=data.get("template"),
+        template_version=templates.pin(session, project_id, data["template"], channel) if "template" in data else None,
+        scheduled_at=data.get("scheduled_at"),
+        subject=content.get("subject") or content.get("title"),
+        text=content.get("text"),
+        html=content.get("html"),
+        data=data.get("data") or {},
+        meta=data.get("metadata") or {},
+        locale=data.get("locale"),
+        batch_id=batch_id,
+    )
 
 
 INSERT = text(
@@ -67,9 +132,10 @@ INSERT = text(
     WITH new AS (
         INSERT INTO messages (project_id, channel, status, priority, category, subscriber_id, to_address, test,
                               bypass_quiet_hours, template, template_version, idempotency_key, request_hash,
-                              scheduled_at)
+                              scheduled_at, batch_id)
         SELECT :project_id, :channel, :status, :priority, :category, r.subscriber_id, r.to_address, :test,
-               :bypass_quiet_hours, :template, :template_version, r.idempotency_key, r.request_hash, :scheduled_at
+               :bypass_quiet_hours, :template, :template_version, r.idempotency_key, r.request_hash, :scheduled_at,
+               :batch_id
         FROM unnest(CAST(:subscriber_ids AS text[]), CAST(:to_addresses AS text[]),
                     CAST(:idempotency_keys AS text[]), CAST(:request_hashes AS text[]))
              AS r(subscriber_id, to_address, idempotency_key, request_hash)
@@ -103,16 +169,8 @@ def insert_messages(session: Session, project_id: str, common: Common, recipient
         session.execute(
             INSERT,
             {
-                "project_id": project_id,
-                "channel": common.channel.value,
-                "status": common.status.value,
-                "priority": common.priority.value,
-                "category": common.category,
-                "test": common.test,
-                "bypass_quiet_hours": common.bypass_quiet_hours,
-                "template": common.template,
-                "template_version": common.template_version,
-                "scheduled_at": common.scheduled_at,
+                **_message_columns(project_id, common),
+                **_content_columns(common),
                 "subscriber_ids": [r.subscriber_id for r in recipients],
                 "to_addresses": [r.to_address for r in recipients],
                 "idempotency_keys": [r.idempotency_key for r in recipients],
@@ -122,15 +180,97 @@ def insert_messages(session: Session, project_id: str, common: Common, recipient
                 "filenames": [a.filename for a in common.attachments],
                 "content_types": [a.content_type for a in common.attachments],
                 "contents": [a.content for a in common.attachments],
-                "subject": common.subject,
-                "text": common.text,
-                "html": common.html,
-                "data": json.dumps(common.data),
-                "metadata": json.dumps(common.meta),
-                "locale": common.locale,
-                "reply_to": common.reply_to,
-                "cc": common.cc,
-                "headers": None if common.headers is None else json.dumps(common.headers),
             },
         ).all()
     )
+
+
+def copy_messages(session: Session, project_id: str, common: Common, recipients: Sequence[BatchRecipient]) -> list[str]:
+    """COPY one message and its content per recipient; the new messages' ids, in order.
+
+    The ids are made here, time-ordered, so the content rows can name their message
+    without a round trip and the primary key index only ever grows at its right edge.
+    """
+    if common.attachments:
+        raise ValueError("copy_messages stores no files: send them through insert_messages")
+    ids = new_message_ids(len(recipients))
+    messages = _message_columns(project_id, common)
+    contents = _content_columns(common)
+    shared_data = contents.pop("data")
+    message_part = "\t".join(map(_copy_text, messages.values()))
+    content_part = "\t".join(map(_copy_text, contents.values()))
+    shared_data_text = _copy_text(shared_data)
+    message_lines = []
+    content_lines = []
+    for message_id, (subscriber_id, to_address, data) in zip(ids, recipients, strict=True):
+        message_lines.append(f"{message_id}\t{message_part}\t{_copy_text(subscriber_id)}\t{_copy_text(to_address)}\n")
+        merged = shared_data_text if not data else _copy_text(json.dumps({**common.data, **data}))
+        content_lines.append(f"{message_id}\t{content_part}\t{merged}\n")
+    cursor = session.connection().connection.cursor()
+    _copy(cursor, "messages", ["id", *messages, "subscriber_id", "to_address"], message_lines)
+    _copy(cursor, "message_contents", ["message_id", *contents, "data"], content_lines)
+    return ids
+
+
+def new_message_ids(count: int) -> list[str]:
+    """Time-ordered UUIDs (version 7: 48 bits of milliseconds, then 74 random bits)."""
+    millis = f"{time.time_ns() // 1_000_000:012x}"
+    prefix = f"{millis[:8]}-{millis[8:]}-7"
+    randoms = os.urandom(10 * count).hex()
+    ids = []
+    for start in range(0, 20 * count, 20):
+        r = randoms[start : start + 20]
+        ids.append(f"{prefix}{r[:3]}-{VARIANT[r[3]]}{r[4:7]}-{r[7:19]}")
+    return ids
+
+
+# The RFC 4122 variant (binary 10xx) for each hex digit of randomness it replaces.
+VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def _message_columns(project_id: str, common: Common) -> dict[str, Any]:
+    """What every message of one insert has in `messages`, by column."""
+    return {
+        "project_id": project_id,
+        "batch_id": common.batch_id,
+        "channel": common.channel.value,
+        "status": common.status.value,
+        "priority": common.priority.value,
+        "category": common.category,
+        "test": common.test,
+        "bypass_quiet_hours": common.bypass_quiet_hours,
+        "template": common.template,
+        "template_version": common.template_version,
+        "scheduled_at": common.scheduled_at,
+    }
+
+
+def _content_columns(common: Common) -> dict[str, Any]:
+    """What every message of one insert has in `message_contents` (files aside), by column."""
+    return {
+        "subject": common.subject,
+        "text": common.text,
+        "html": common.html,
+        "data": json.dumps(common.data),
+        "metadata": json.dumps(common.meta),
+        "locale": common.locale,
+        "reply_to": common.reply_to,
+        "cc": common.cc,
+        "headers": None if common.headers is None else json.dumps(common.headers),
+    }
+
+
+def _copy_text(value: Any) -> str:
+    """A value in COPY's text format: \\N for NULL, t/f for booleans, separators escaped."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    # Four replaces run seven times faster than one str.translate on these short strings.
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _copy(cursor: Any, table: str, columns: Sequence[str], lines: list[str]) -> None:
+    cursor.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN", io.StringIO("".join(lines)))

@@ -6,13 +6,12 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.addresses import normalise_address
 from app.auth import Caller
 from app.db import enqueue_after_commit
 from app.enums import Channel, EventType, MessageStatus
@@ -21,7 +20,7 @@ from app.event_log import sent_data
 from app.models import Event, Message, MessageContent
 from app.pagination import decode_cursor, page
 from app.schemas import ADDRESS_FOR_CHANNEL
-from app.services import engagement, intake, templates
+from app.services import engagement, intake
 from tasks import dispatch, store
 
 INVALID = "Invalid request."
@@ -45,40 +44,15 @@ def accept(
     With an Idempotency-Key, the insert and the replay check are one statement: of two
     concurrent requests with the same key, one inserts and the other replays.
     """
-    channel: Channel = data["channel"]
-    _check_can_send(caller, channel, data)
+    check_channel_enabled(caller, data["channel"])
     kind, value = next(iter(data["to"].items()))
-    scheduled_at = data.get("scheduled_at")
-    status = (
-        MessageStatus.SCHEDULED
-        if scheduled_at is not None and scheduled_at > datetime.now(UTC)
-        else MessageStatus.ACCEPTED
-    )
-    content = data.get("content") or {}
     with db.begin() as session:
-        template_version = (
-            templates.pin(session, caller.project_id, data["template"], channel) if "template" in data else None
-        )
-        common = intake.Common(
-            channel=channel,
-            priority=data["priority"],
-            status=status,
-            category=data.get("category"),
-            test=caller.is_test,
-            bypass_quiet_hours=data["bypass_quiet_hours"],
-            template=data.get("template"),
-            template_version=template_version,
-            scheduled_at=scheduled_at,
-            subject=content.get("subject") or content.get("title"),
-            text=content.get("text"),
-            html=content.get("html"),
-            data=data.get("data") or {},
-            meta=data.get("metadata") or {},
-            locale=data.get("locale"),
-        )
+        common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test)
+        status = common.status
+        subscriber_id, to_address = intake.recipient_of(kind, value)
         recipient = intake.Recipient(
-            subscriber_id=value if kind == "subscriber_id" else None,
-            to_address=None if kind == "subscriber_id" else normalise_address(kind, value),
+            subscriber_id=subscriber_id,
+            to_address=to_address,
             idempotency_key=idempotency_key,
             request_hash=request_fingerprint(raw_body) if idempotency_key else None,
         )
@@ -92,7 +66,7 @@ def accept(
     return Accepted({"id": str(row.id), "status": status.value, "created_at": row.created_at}, replayed=False)
 
 
-def _check_can_send(caller: Caller, channel: Channel, data: dict[str, Any]) -> None:
+def check_channel_enabled(caller: Caller, channel: Channel) -> None:
     if channel.value not in caller.channels:
         field_error(422, INVALID, "json", "channel", f"The {channel} channel is not enabled for this project.")
 

@@ -92,6 +92,17 @@ def insert_accepted(engine: Engine, project_id: str, count: int, priority: str =
         )
 
 
+def ready_messages(engine: Engine, count: int) -> list[str]:
+    """`count` email messages of a new project, ready for the `fake` provider to claim."""
+    ids = insert_accepted(engine, new_project(engine), count)
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET status = 'ready', provider = 'fake' WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": ids},
+        )
+    return ids
+
+
 def statuses(engine: Engine, ids: Iterable[str]) -> dict[str, str]:
     with engine.connect() as connection:
         rows = connection.execute(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -100,3 +103,69 @@ def test_without_files_or_extras_nothing_is_stored_for_them(engine, project_id):
             {"p": project_id},
         ).one()
     assert tuple(row) == (None, None, {})
+
+
+def test_copy_keeps_every_character_and_merges_each_recipients_data(engine, project_id):
+    tricky = "tab\there, line\nbreak, back\\slash, \r, \\N, ünïcode ✓"
+    batch_id = uuid.uuid4()
+    common = intake.Common(
+        channel=Channel.EMAIL,
+        priority=Priority.BULK,
+        subject=tricky,
+        text="Hi {{ name }}",
+        data={"name": "friend", "issue": 12},
+        meta={"campaign": tricky},
+        batch_id=batch_id,
+    )
+    recipients = [
+        intake.BatchRecipient(None, "a@example.com", {"name": tricky}),
+        intake.BatchRecipient("sub\\1\t", None),
+    ]
+    with Session(engine) as session, session.begin():
+        ids = intake.copy_messages(session, project_id, common, recipients)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                """
+                SELECT m.id::text, m.to_address, m.subscriber_id, m.status, m.priority, c.subject, c.text, c.data,
+                       c.metadata
+                FROM messages m JOIN message_contents c ON c.message_id = m.id
+                WHERE m.batch_id = :b ORDER BY m.to_address NULLS LAST
+                """
+            ),
+            {"b": batch_id},
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        (
+            ids[0],
+            "a@example.com",
+            None,
+            "accepted",
+            "bulk",
+            tricky,
+            "Hi {{ name }}",
+            {"name": tricky, "issue": 12},
+            {"campaign": tricky},
+        ),
+        (
+            ids[1],
+            None,
+            "sub\\1\t",
+            "accepted",
+            "bulk",
+            tricky,
+            "Hi {{ name }}",
+            {"name": "friend", "issue": 12},
+            {"campaign": tricky},
+        ),
+    ]
+
+
+def test_new_ids_are_version_7_uuids_in_time_order():
+    first = intake.new_message_ids(3)
+    time.sleep(0.002)
+    second = intake.new_message_ids(1)
+    parsed = [uuid.UUID(i) for i in first + second]
+    assert {(u.version, u.variant) for u in parsed} == {(7, uuid.RFC_4122)}
+    assert max(first) < second[0]
+    assert len(set(first)) == 3

@@ -33,6 +33,14 @@ def test_transactional_lanes_come_first(settings):
     assert last_transactional < first_bulk
 
 
+def test_within_a_priority_deliver_lanes_come_before_prepare(settings):
+    """Redis serves the first non-empty queue: prepare first would starve deliver under a steady stream."""
+    queues = all_queues(settings)
+    for priority in Priority:
+        prepare = queues.index(f"prepare.{priority}")
+        assert all(queues.index(q) < prepare for q in queues if q.startswith("deliver.") and q.endswith(priority))
+
+
 def test_deliver_lanes_cover_the_log_provider_for_test_keys(settings):
     assert "deliver.log.transactional" in all_queues(settings)
     assert "deliver.fake.transactional" in all_queues(settings)

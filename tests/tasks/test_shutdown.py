@@ -19,7 +19,7 @@ from tasks.adapters import provider_instance
 from tasks.celery_app import settings
 from tasks.deliver import decide_all, deliver, send_all, waiting_groups
 from tasks.shutdown import STOPPING, stopping
-from tests.faults.stack import insert_accepted, new_project
+from tests.faults.stack import ready_messages
 
 
 @pytest.fixture
@@ -30,16 +30,6 @@ def stopping_cleared(migrated) -> Iterator[None]:
     client = redis.Redis.from_url(migrated.redis_url)
     for key in client.scan_iter(match=f"tidings:stopping:*:{os.getpid()}"):
         client.delete(key)
-
-
-def ready_messages(engine, count: int) -> list[str]:
-    ids = insert_accepted(engine, new_project(engine), count)
-    with engine.begin() as connection:
-        connection.execute(
-            text("UPDATE messages SET status = 'ready', provider = 'fake' WHERE id = ANY(CAST(:ids AS uuid[]))"),
-            {"ids": ids},
-        )
-    return ids
 
 
 def shutdown_during_the_first_call(request):

@@ -1,0 +1,37 @@
+"""Project routes for batches: one send to up to 10,000 recipients, and its progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import g
+
+from app.api import context, idempotency
+from app.api.project import large_body, project_blueprint
+from app.batch_schemas import BatchAcceptedSchema, BatchSchema, BatchSendSchema
+from app.services import batches
+
+blp = project_blueprint("batches", __name__, description="Send one notification to many recipients at once.")
+
+
+@blp.route("/messages/batch", methods=["POST"])
+@blp.arguments(BatchSendSchema)
+@blp.response(202, BatchAcceptedSchema)
+@blp.alt_response(409)
+@large_body
+def send_batch(data: dict[str, Any]):
+    """Send to 1 to 10,000 recipients; bad rows are answered by index, the good ones sent.
+
+    Each recipient's `data` is merged over the shared `data`. No valid recipient → 422.
+    Same Idempotency-Key and body → the original answer.
+    """
+    key = idempotency.key_from_request()
+    accepted = batches.send_batch(context().db, g.caller, data, idempotency.guarded_body(key), key)
+    return idempotency.answer(accepted)
+
+
+@blp.route("/batches/<batch_id>", methods=["GET"])
+@blp.response(200, BatchSchema)
+def get_batch(batch_id: str):
+    """A batch with its messages counted by status."""
+    return batches.get_batch(context().db, g.caller.project_id, batch_id)

@@ -1,0 +1,198 @@
+"""Batches: one request, up to 10,000 messages, written with one COPY and counted by status.
+
+A batch is answered per recipient row: the good rows become messages, the bad ones are
+named by their index. Checking the rows is the API's per-message work, so it is a loop
+over the single send's own field checks rather than a schema load per row (see
+`check_recipients`); writing them is `intake.copy_messages`; publishing is a prepare task
+per 500 ids after the commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from marshmallow import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.auth import Caller
+from app.batch_schemas import BatchRecipientSchema
+from app.db import enqueue_after_commit
+from app.enums import Channel, MessageStatus
+from app.errors import abort, uuid_or_404
+from app.models import Batch, Message
+from app.schemas import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
+from app.services import intake
+from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
+from tasks import dispatch
+
+# The single send's checks of each address kind (and of a row's data), called field by
+# field, and the schema's own words for what is not a field.
+ROW_SCHEMA = BatchRecipientSchema()
+ROW_FIELDS = ROW_SCHEMA.fields
+NOT_AN_OBJECT = ROW_SCHEMA.error_messages["type"]
+UNKNOWN_FIELD = ROW_SCHEMA.error_messages["unknown"]
+NOT_A_MAPPING = ROW_FIELDS["data"].error_messages["invalid"]
+
+Rejected = dict[str, Any]
+
+
+def check_recipients(channel: Channel, recipients: Sequence[Any]) -> tuple[list[intake.BatchRecipient], list[Rejected]]:
+    """The rows that can take a `channel` message, and the others as {"index", "errors"}.
+
+    The same checks and messages as a single send's `to` (RecipientSchema's own fields),
+    without a schema load per row: 3-7 µs a row here against 13-23 µs for a load per row
+    and about 10 µs for one `many=True` load (10,000 email rows, busy 2-core box), where
+    the whole COPY of a row costs about 15 µs.
+    """
+    valid: list[intake.BatchRecipient] = []
+    rejected: list[Rejected] = []
+    for index, row in enumerate(recipients):
+        checked = _check_row(channel, row)
+        if isinstance(checked, dict):
+            rejected.append({"index": index, "errors": checked})
+        else:
+            valid.append(checked)
+    return valid, rejected
+
+
+def _check_row(channel: Channel, row: Any) -> intake.BatchRecipient | dict[str, Any]:
+    if not isinstance(row, dict):
+        return {"_schema": [NOT_AN_OBJECT]}
+    errors: dict[str, Any] = {}
+    kinds = []
+    for name in row:
+        if name in ADDRESS_KINDS:
+            kinds.append(name)
+        elif name != "data":
+            errors[name] = [UNKNOWN_FIELD]
+    address: tuple[str | None, str | None] = (None, None)
+    if len(kinds) != 1:
+        errors["_schema"] = [EXACTLY_ONE_ADDRESS]
+    elif misfit := address_misfit(channel, kinds[0]):
+        errors[kinds[0]] = [misfit]
+    else:
+        kind, value = kinds[0], row[kinds[0]]
+        try:
+            stripped = value.strip() if isinstance(value, str) else value  # as RecipientSchema.strip_spaces
+            address = intake.recipient_of(kind, ROW_FIELDS[kind].deserialize(stripped))
+        except ValidationError as error:
+            errors[kind] = error.messages
+    data = row.get("data")
+    if "data" in row and type(data) is not dict:
+        # What the `data` field checks, less its per-key loop: keys from JSON are strings.
+        errors["data"] = [NOT_A_MAPPING]
+    if errors:
+        return errors
+    return intake.BatchRecipient(*address, data)
+
+
+def send_batch(
+    db: sessionmaker[Session],
+    caller: Caller,
+    data: dict[str, Any],
+    raw_body: Any,
+    idempotency_key: str | None,
+) -> Accepted:
+    """Record a message per valid recipient and, once committed, hand them to the pipeline.
+
+    Nothing is written unless at least one row is valid. With an Idempotency-Key the batch
+    row is inserted first, so a replay writes no message and answers the stored body.
+    """
+    channel: Channel = data["channel"]
+    check_channel_enabled(caller, channel)
+    recipients, rejected = check_recipients(channel, data["recipients"])
+    if not recipients:
+        abort(
+            422,
+            "No recipient of the batch is valid.",
+            errors={"json": {"recipients": {str(row["index"]): row["errors"] for row in rejected}}},
+        )
+    batch_id = uuid.uuid4()
+    body = {"batch_id": str(batch_id), "accepted": len(recipients), "rejected": rejected}
+    with db.begin() as session:
+        common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
+        if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key):
+            return _replay(session, caller.project_id, idempotency_key, raw_body)
+        ids = intake.copy_messages(session, caller.project_id, common, recipients)
+        if common.status is MessageStatus.ACCEPTED:
+            for signature in dispatch.prepare(ids, common.priority):
+                enqueue_after_commit(session, signature)
+    return Accepted(body, replayed=False)
+
+
+def _insert_batch(
+    session: Session,
+    project_id: str,
+    common: intake.Common,
+    body: dict[str, Any],
+    raw_body: Any,
+    idempotency_key: str | None,
+) -> bool:
+    """Insert the batch row; False when its Idempotency-Key was used before.
+
+    Of two concurrent requests with one key, the second waits on the first's row and then
+    finds it: the unique constraint decides, not a read before the write.
+    """
+    inserted = session.execute(
+        insert(Batch)
+        .values(
+            id=common.batch_id,
+            project_id=project_id,
+            channel=common.channel,
+            priority=common.priority,
+            category=common.category,
+            template=common.template,
+            template_version=common.template_version,
+            test=common.test,
+            accepted=body["accepted"],
+            rejected=len(body["rejected"]),
+            scheduled_at=common.scheduled_at,
+            idempotency_key=idempotency_key,
+            request_hash=request_fingerprint(raw_body) if idempotency_key else None,
+            response=body if idempotency_key else None,
+        )
+        .on_conflict_do_nothing(constraint="uq_batches_project_idempotency_key")
+        .returning(Batch.id)
+    ).first()
+    return inserted is not None
+
+
+def _replay(session: Session, project_id: str, idempotency_key: str | None, raw_body: Any) -> Accepted:
+    original = session.execute(
+        select(Batch.request_hash, Batch.response).where(
+            Batch.project_id == project_id, Batch.idempotency_key == idempotency_key
+        )
+    ).one()
+    if original.request_hash != request_fingerprint(raw_body):
+        abort(409, "This Idempotency-Key was used with a different request body.")
+    return Accepted(original.response, replayed=True)
+
+
+def get_batch(db: sessionmaker[Session], project_id: str, batch_id: str) -> dict[str, Any]:
+    """The batch and its messages counted by status now; another project's batch is a 404."""
+    key = uuid_or_404(batch_id, "batch")
+    with db() as session:
+        batch = session.scalar(select(Batch).where(Batch.id == key, Batch.project_id == project_id))
+        if batch is None:
+            abort(404, f"No batch {batch_id!r}.")
+        counts = session.execute(
+            select(Message.status, func.count()).where(Message.batch_id == key).group_by(Message.status)
+        ).all()
+    return {
+        "id": str(batch.id),
+        "channel": batch.channel.value,
+        "priority": batch.priority.value,
+        "category": batch.category,
+        "template": batch.template,
+        "template_version": batch.template_version,
+        "test": batch.test,
+        "accepted": batch.accepted,
+        "rejected": batch.rejected,
+        "scheduled_at": batch.scheduled_at,
+        "created_at": batch.created_at,
+        "counts": {status.value: count for status, count in counts},
+    }

@@ -1,0 +1,44 @@
+"""The finalise statement: one set-based UPDATE records a whole batch's outcomes.
+
+Each round finalises 500 rows claimed just before it (outside the timing), as deliver
+does after a provider call; the commit that follows is outside the timing too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.enums import MessageStatus
+from tasks import store
+from tests.faults.stack import ready_messages
+
+ROWS = 500
+ROUNDS = 20
+
+
+def test_finalise_500(benchmark, engine):
+    with ExitStack() as sessions:  # closed here too: --benchmark-disable skips the teardown
+
+        def claimed_batch() -> tuple[tuple[Session, list[store.Finalised]], dict[str, Any]]:
+            ids = ready_messages(engine, ROWS)
+            with Session(engine) as session, session.begin():
+                claimed = store.claim(session, "fake", ids)
+            outcomes = [
+                store.Finalised(row.id, MessageStatus.SENT, provider_message_id=f"fake-{uuid.uuid4().hex}")
+                for row in claimed
+            ]
+            session = sessions.enter_context(Session(engine))
+            session.begin()
+            return (session, outcomes), {}
+
+        def commit(session: Session, outcomes: list[store.Finalised]) -> None:
+            session.commit()
+            session.close()
+
+        benchmark.extra_info["items"] = ROWS
+        sent = benchmark.pedantic(store.finalise, setup=claimed_batch, teardown=commit, rounds=ROUNDS, warmup_rounds=1)
+    assert len(sent) == ROWS
