@@ -33,12 +33,13 @@ from email.policy import SMTP as SMTP_POLICY
 from pathlib import Path
 
 import psutil
+from harness import servers
 from sqlalchemy import text
 
 from app import migrate
 from app.config import database_url_from_env
 from app.db import session_factory
-from app.embedded import EmbeddedRedis, free_port, start_postgres
+from app.embedded import free_port
 from app.enums import KeyKind
 from app.services import projects
 
@@ -74,24 +75,6 @@ def message(recipients: list[str], attachment_kb: int) -> bytes:
     if attachment_kb:
         mail.add_attachment(os.urandom(attachment_kb * 1024), maintype="application", subtype="pdf", filename="r.pdf")
     return mail.as_bytes(policy=SMTP_POLICY)
-
-
-@contextmanager
-def servers() -> Iterator[dict[str, str]]:
-    """DATABASE_URL and REDIS_URL: the environment's, or embedded ones for the run."""
-    env = {"DATABASE_URL": os.environ.get("DATABASE_URL", ""), "REDIS_URL": os.environ.get("REDIS_URL", "")}
-    with ExitStack() as stack:
-        if not env["DATABASE_URL"] or not env["REDIS_URL"]:
-            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="smtp-bench-")))
-        if not env["DATABASE_URL"]:
-            postgres = start_postgres(directory / "pg")
-            stack.callback(postgres.cleanup)
-            env["DATABASE_URL"] = postgres.get_uri()
-        if not env["REDIS_URL"]:
-            redis_server = EmbeddedRedis().start()
-            stack.callback(redis_server.stop)
-            env["REDIS_URL"] = redis_server.url
-        yield env
 
 
 @contextmanager

@@ -1,12 +1,15 @@
 """The `log` provider: sends nothing, logs and records what it would have sent.
 
 It is the default for every channel and the only provider test keys ever reach, so a
-whole pipeline can run on a laptop or in CI without an account anywhere.
+whole pipeline can run on a laptop or in CI without an account anywhere. Its batch size
+is a setting (`LOG_PROVIDER_MAX_BATCH`), so the drain benchmark can also play a provider
+that takes one message per call.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections import deque
@@ -17,11 +20,26 @@ from providers.base import Outbound, Outcome, SendResult
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_MAX_BATCH = 500
+
+
+def max_batch_from(env: Mapping[str, str]) -> int:
+    """Messages per call: LOG_PROVIDER_MAX_BATCH, or 500."""
+    value = env.get("LOG_PROVIDER_MAX_BATCH", "").strip()
+    if not value:
+        return DEFAULT_MAX_BATCH
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"LOG_PROVIDER_MAX_BATCH must be a whole number of at least 1; got {value!r}")
+    return int(value)
+
 
 class LogProvider:
     name: ClassVar[str] = "log"
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
-    max_batch: ClassVar[int] = 500
+    # Read when the class is defined rather than in from_env: tasks.dispatch sizes deliver
+    # tasks by the class's max_batch, in processes (a prepare-only worker, beat) that never
+    # build the adapter.
+    max_batch: ClassVar[int] = max_batch_from(os.environ)
     idempotent: bool = True  # it sends nothing, so sending again is harmless
     attachments: ClassVar[bool] = True  # recorded with the rest of the message
     account_settings: ClassVar[tuple[str, ...]] = ()

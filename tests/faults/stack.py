@@ -8,20 +8,17 @@ or a stack's own embedded server for tests that restart it.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-import requests
 from celery import Celery
 from sqlalchemy import Engine, text
 
-from app.embedded import EmbeddedRedis, free_port
+from app.embedded import EmbeddedRedis
+from loadtest.harness import Processes
 from tests.conftest import TERMINAL, make_env
 
 # Short clocks, so recovery happens within a test's patience.
@@ -33,74 +30,19 @@ FAST_RECOVERY = {
 }
 
 
-class Stack:
+class Stack(Processes):
     def __init__(self, tmp_path: Path, database_url: str, provider_url: str, **overrides: str):
-        self.tmp_path = tmp_path
         self.redis = EmbeddedRedis().start()
         inherited = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-        self.env = {
+        env = {
             **inherited,
             **make_env(database_url, self.redis.url, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=provider_url),
             **FAST_RECOVERY,
             "TIDINGS_VAR_DIR": str(tmp_path),
             **overrides,
         }
-        self.processes: dict[str, subprocess.Popen] = {}
-        self.api_url: str | None = None
+        super().__init__(tmp_path, env)
         self._publisher: Celery | None = None
-
-    def start(self, name: str, role: str, *args: str, ready: str, **env: str) -> subprocess.Popen:
-        log = open(self.tmp_path / f"{name}.log", "w")  # noqa: SIM115 - the process writes to it until stopped
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", role, *args],
-            env={**self.env, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.processes[name] = process
-        self.wait_for_log(name, ready)
-        return process
-
-    def start_worker(self, name: str = "worker", *args: str) -> subprocess.Popen:
-        return self.start(
-            name, "worker", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args, ready="ready."
-        )
-
-    def start_beat(self, name: str = "beat") -> subprocess.Popen:
-        beat_dir = self.tmp_path / name
-        beat_dir.mkdir(exist_ok=True)
-        return self.start(name, "beat", ready="maxinterval", TIDINGS_VAR_DIR=str(beat_dir))
-
-    def start_api(self) -> str:
-        port = free_port()
-        self.start("api", "api", "--workers", "1", ready="Booting worker", TIDINGS_PORT=str(port))
-        self.api_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                requests.get(f"{self.api_url}/healthz", timeout=5)
-                return self.api_url
-            except requests.RequestException:  # not listening yet, or too busy booting to answer
-                time.sleep(0.1)
-        raise AssertionError("the API did not answer")
-
-    def wait_for_log(self, name: str, needle: str, timeout: float = 60) -> None:
-        path, process = self.tmp_path / f"{name}.log", self.processes[name]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if needle in path.read_text(errors="replace"):
-                return
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{name} never logged {needle!r}:\n{path.read_text(errors='replace')[-3000:]}")
-
-    def signal(self, name: str, signum: int, timeout: float = 60) -> int:
-        """Send `signum` to the process group (pool children too) and wait for the end."""
-        process = self.processes.pop(name)
-        os.killpg(process.pid, signum)
-        return process.wait(timeout=timeout)
 
     def publish_prepare(self, ids: list[str], priority: str = "bulk") -> None:
         """Queue prepare tasks as the API does after its commit, in chunks of 500."""
@@ -111,15 +53,7 @@ class Stack:
             self._publisher.send_task("tidings.prepare", args=(ids[start : start + 500],), queue=f"prepare.{priority}")
 
     def stop(self) -> None:
-        for name in list(self.processes):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+        super().stop()
         if self._publisher is not None:
             self._publisher.close()
         self.redis.stop(kill=True)

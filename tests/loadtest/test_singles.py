@@ -1,0 +1,33 @@
+"""The single-send benchmark, run small: both throughput runs and the end-to-end run, nothing lost."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "singles.py"
+ARGS = ["--clients", "4", "--seconds", "2", "--rate", "20", "--e2e-seconds", "2", "--no-append"]
+# What each run says after its count of accepted sends.
+RATE = r"accepted in [\d.]+ s = \d+ req/s, p50 [\d.]+ ms, p99 [\d.]+ ms; errors: none"
+
+
+def test_the_load_reports_rates_latencies_and_backlog_and_loses_nothing(bench_env):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *ARGS], env=bench_env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    end_to_end = re.search(rf"^end to end at 20/s for 2 s \(4 clients; .*, skipped: (\d+)\): (\d+) {RATE}$", out, re.M)
+    assert end_to_end, out
+    skipped, accepted = map(int, end_to_end.groups())  # a busy machine may not keep the pace: slots are skipped
+    assert accepted + skipped == 40
+    assert re.search(r"^  accept → sent: p50 \d+ ms, p99 \d+ ms, max \d+ ms$", out, re.M)
+    assert f"  statuses: sent {accepted}; lost: 0" in out
+    assert re.search(r"^  backlog \(not yet terminal, once a second\):( \d+)+$", out, re.M)
+    ours = re.search(rf"^ours, 4 clients for 2 s: (\d+) {RATE}$", out, re.M)
+    assert ours, out
+    assert f"  stored: {ours.group(1)} of {ours.group(1)} answered, 0 lost" in out
+    assert re.search(rf"^bare endpoint \(one INSERT \+ one publish, same gunicorn settings\): \d+ {RATE}$", out, re.M)
+    assert re.search(r"^ours / bare: [\d.]+$", out, re.M)
