@@ -73,6 +73,23 @@ def layout_from(args: argparse.Namespace) -> Layout:
     return Layout(args.api_workers, args.api_threads, args.workers, args.pool, args.concurrency)
 
 
+def duration(value: str) -> float:
+    """Seconds from `90`, `90s`, `15m` or `1.5h`."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (value[:-1], units[value[-1]]) if value and value[-1] in units else (value, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s or 15m, got {value!r}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {value!r}")
+    return seconds
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
 @dataclass(frozen=True)
 class Workload:
     """A project with a live key, `subscribers` subscribers (u0, u1, …) and the templates to send."""

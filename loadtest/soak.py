@@ -51,8 +51,10 @@ from harness import (
     RESULTS,
     Workload,
     add_layout_arguments,
+    clock,
     create_workload,
     database_bytes,
+    duration,
     fake_provider,
     layout_from,
     roles_of,
@@ -83,23 +85,6 @@ PEER = (
     "p95 14 s; API p50 7 ms, p95 121 ms; 5 dead of 179,987); at 400/s delivered 237/s, 144,247 waiting "
     "at the end, API p95 478 ms."
 )
-
-
-def duration(value: str) -> float:
-    """Seconds from `90`, `90s`, `15m` or `1.5h`."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    number, unit = (value[:-1], units[value[-1]]) if value and value[-1] in units else (value, 1)
-    try:
-        seconds = float(number) * unit
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a duration like 90s or 15m, got {value!r}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {value!r}")
-    return seconds
-
-
-def clock(seconds: float) -> str:
-    return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
 
 
 def percentiles(values: list[float], points: tuple[int, ...] = (50, 95, 99)) -> list[float] | None:
