@@ -53,6 +53,10 @@ class Deliveries:
         while not stop.wait(FEED_EVERY):
             self.poll()
 
+    def calls(self) -> dict[str, int]:
+        """The provider's answers so far, by HTTP status."""
+        return self.session.get(f"{self.provider_url}/ledger", timeout=60).json()["statuses"]
+
     def duplicates(self) -> int:
         return sum(1 for count in self.counts.values() if count > 1)
 

@@ -273,6 +273,7 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
     refused = Counter(c.status for c in sends if c.status != 202)
     late, max_lag = late_starts(soak.pacer.lags[window.first_job :])
     posted = soak.engagement.posted
+    calls = soak.deliveries.calls()
 
     def api(kind: str) -> str:
         return spread([c.seconds for c in soak.calls.by_kind[kind] if window.holds(c.at)], 1000, "ms")
@@ -295,10 +296,11 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
         f"engagement: {sum(n for (kind, _), n in posted.items() if kind == 'Open'):,} opens and "
         f"{sum(n for (kind, _), n in posted.items() if kind == 'Click'):,} clicks posted, "
         f"{sum(n for (_, status), n in posted.items() if status != 200):,} refused",
+        f"provider, whole run: {sum(calls.values()):,} calls, {calls.get('503', 0):,} answered 503 (retried), "
+        f"{soak.deliveries.duplicates():,} messages reached it twice",
         f"dead letters: {Counter(statuses.values())['dead']:,}",
         f"database growth: {growth / max(len(accepted), 1):,.0f} bytes per notification (+{growth / 1e6:,.1f} MB)",
-        f"lost: {verdicts['lost']:,} ({verdicts['terminal']:,} terminal, {verdicts['in flight']:,} in flight; "
-        f"{soak.deliveries.duplicates():,} reached the provider twice)",
+        f"lost: {verdicts['lost']:,} ({verdicts['terminal']:,} terminal, {verdicts['in flight']:,} in flight)",
         "CPU % of one core (mean) and peak RSS: "
         + ", ".join(
             f"{role} {sum(s.usage[role].cpu_percent for s in samples) / len(samples):.0f}% "

@@ -1,0 +1,58 @@
+"""The soak, run tiny: the whole stack, a fixed rate, retries, opens and clicks, the figures,
+the plot, and nothing lost."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
+
+TINY = [
+    *("--rate", "20", "--duration", "15s", "--subscribers", "500"),
+    *("--sample-every", "2s", "--settle", "4s", "--open-delay", "2s", "--open-share", "0.5", "--click-share", "0.5"),
+    *("--transient-rate", "0.1", "--retry-delay-scale", "0.05", "--api-workers", "1", "--workers", "1"),
+    "--no-record",
+]
+
+
+def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
+    env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *TINY, "--results", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-3000:]
+    expected = [
+        r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers",
+        r"^load: 300 sends, \d+ started late \(> 10 ms, worst [\d.]+ s\); 300 accepted, 0 refused$",
+        r"^delivered/s: [\d.]+ overall, [\d.]+ in the second half \(target 20\)$",
+        r"^backlog: \d+ at the end, max \d+ after 0m04\.0s$",
+        r"^accept→provider: p50 [\d.]+ s, p95 [\d.]+ s, p99 [\d.]+ s \(\d+ of 300 reached the provider\)$",
+        r"^API sends: p50 \d+ ms, p95 \d+ ms, p99 \d+ ms$",
+        r"^API reads: p50 \d+ ms",
+        r"^API inbound webhooks: p50 \d+ ms",
+        r"^engagement: [1-9]\d* opens and \d+ clicks posted, 0 refused$",
+        r"^provider, whole run: \d+ calls, [1-9]\d* answered 503 \(retried\), 0 messages reached it twice$",
+        r"^dead letters: 0$",
+        r"^database growth: [\d,]+ bytes per notification",
+        r"^lost: 0 \(\d+ terminal, \d+ in flight\)$",
+        r"^CPU % of one core \(mean\) and peak RSS: api \d+% \d+ MB, worker1 .*, redis .*, load \d+% \d+ MB$",
+    ]
+    for pattern in expected:
+        assert re.search(pattern, out, re.MULTILINE), f"{pattern!r} not in:\n{out}"
+    [plot] = re.findall(r"^plot: (.+)$", out, re.MULTILINE)
+    assert Path(plot).parent.parent == tmp_path
+    assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with (Path(plot).parent / "samples.csv").open() as samples:
+        rows = list(csv.DictReader(samples))
+    assert len(rows) >= 5
+    assert {"backlog", "delivered_per_s", "api_cpu_percent", "worker1_rss_mb"} <= set(rows[0])
