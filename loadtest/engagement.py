@@ -33,21 +33,23 @@ class Deliveries:
         self.counts: Counter[str] = Counter()
         self.position = 0
         self.session = requests.Session()
+        self.lock = threading.Lock()  # the follower thread and the soak's own catch-ups poll
 
     def poll(self) -> None:
         """Read the feed up to its end."""
-        while True:
-            page = self.session.get(
-                f"{self.provider_url}/ledger/feed", params={"after": self.position}, timeout=30
-            ).json()
-            for at, key in page["entries"]:
-                self.counts[key] += 1
-                if key not in self.first:
-                    self.first[key] = at
-                    self.on_new(key, at)
-            if page["next"] == self.position:
-                return
-            self.position = page["next"]
+        with self.lock:
+            while True:
+                page = self.session.get(
+                    f"{self.provider_url}/ledger/feed", params={"after": self.position}, timeout=30
+                ).json()
+                for at, key in page["entries"]:
+                    self.counts[key] += 1
+                    if key not in self.first:
+                        self.first[key] = at
+                        self.on_new(key, at)
+                if page["next"] == self.position:
+                    return
+                self.position = page["next"]
 
     def follow(self, stop: threading.Event) -> None:
         while not stop.wait(FEED_EVERY):

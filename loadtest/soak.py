@@ -66,7 +66,7 @@ from report import append_section
 from smtp_bench import servers
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
-from timeline import Sample, Sampler, plot, write_csv
+from timeline import Sample, Sampler, active_counts, backlog, plot, write_csv
 from usage import Role, Usage
 
 from app.config import database_url_from_env
@@ -213,9 +213,7 @@ class Soak:
     def wait_for_drain(self, limit: int) -> None:
         """Until the backlog is at most `limit` (or DRAIN_TIMEOUT passed)."""
         deadline = time.monotonic() + DRAIN_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.sampler.sample().backlog <= limit:
-                return
+        while time.monotonic() < deadline and backlog(active_counts(self.db, self.workload.project_id)) > limit:
             time.sleep(self.args.sample_every)
 
 
@@ -229,12 +227,15 @@ def statuses_of(db: sessionmaker[Session], project_id: str) -> dict[str, str]:
 
 def loss_check(accepted: dict[str, float], statuses: dict[str, str], first: dict[str, float]) -> Counter[str]:
     """Each accepted id is terminal, in flight, or lost: missing from the database, or
-    called sent there but never seen by the provider."""
+    called sent there but never seen by the provider. `first` must be read after
+    `statuses`: the provider records a message before it answers, so before it is sent."""
     verdicts: Counter[str] = Counter()
     for message_id in accepted:
         status = statuses.get(message_id)
-        if status is None or (status in AT_THE_PROVIDER and message_id not in first):
-            verdicts["lost"] += 1
+        if status is None:
+            verdicts["missing from the database"] += 1
+        elif status in AT_THE_PROVIDER and message_id not in first:
+            verdicts[f"{status} but never at the provider"] += 1
         else:
             verdicts["in flight" if status in ACTIVE else "terminal"] += 1
     return verdicts
@@ -242,11 +243,12 @@ def loss_check(accepted: dict[str, float], statuses: dict[str, str], first: dict
 
 @dataclass(frozen=True)
 class Window:
-    """The measured soak: from `began` to `ended`, the database's size at both ends, the
-    pacer's first job in it."""
+    """The measured soak: from `began` to `ended`, the backlog at its end, the database's
+    size at both ends, the pacer's first job in it."""
 
     began: float
     ended: float
+    backlog_at_end: int
     bytes_before: int
     bytes_after: int
     first_job: int
@@ -265,10 +267,12 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
     accepted = {mid: at for mid, at in soak.accepted.items() if at >= window.began}
     delivered = [at for at in first.values() if window.holds(at)]
     half = window.began + window.seconds / 2
-    samples = [s for s in soak.sampler.samples if window.began <= s.at]
+    samples = [s for s in soak.sampler.samples if window.holds(s.at)]
     settled = [s.backlog for s in samples if s.at >= window.began + args.settle]
     statuses = statuses_of(soak.db, soak.workload.project_id)
+    soak.deliveries.poll()
     verdicts = loss_check(soak.accepted, statuses, first)
+    lost = {verdict: n for verdict, n in verdicts.items() if verdict not in ("terminal", "in flight")}
     sends = [c for c in soak.calls.by_kind["send"] if window.holds(c.at)]
     refused = Counter(c.status for c in sends if c.status != 202)
     late, max_lag = late_starts(soak.pacer.lags[window.first_job :])
@@ -288,7 +292,8 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
         + (f" {dict(refused)}" if refused else ""),
         f"delivered/s: {len(delivered) / window.seconds:.1f} overall, "
         f"{sum(1 for at in delivered if at >= half) / (window.ended - half):.1f} in the second half (target {rate:g})",
-        f"backlog: {samples[-1].backlog:,} at the end, max {max(settled, default=0):,} after {clock(args.settle)}",
+        f"backlog: {window.backlog_at_end:,} at the end, "
+        f"max {max([*settled, window.backlog_at_end]):,} after {clock(args.settle)}",
         f"accept→provider: {spread(reached, 1, 's')} ({len(reached):,} of {len(accepted):,} reached the provider)",
         f"API sends: {api('send')}",
         f"API reads: {api('read')}",
@@ -300,14 +305,21 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
         f"{soak.deliveries.duplicates():,} messages reached it twice",
         f"dead letters: {Counter(statuses.values())['dead']:,}",
         f"database growth: {growth / max(len(accepted), 1):,.0f} bytes per notification (+{growth / 1e6:,.1f} MB)",
-        f"lost: {verdicts['lost']:,} ({verdicts['terminal']:,} terminal, {verdicts['in flight']:,} in flight)",
-        "CPU % of one core (mean) and peak RSS: "
-        + ", ".join(
-            f"{role} {sum(s.usage[role].cpu_percent for s in samples) / len(samples):.0f}% "
-            f"{max(s.usage[role].rss_mb for s in samples):.0f} MB"
-            for role in samples[-1].usage
-        ),
-    ], verdicts["lost"]
+        f"lost: {sum(lost.values()):,} ({verdicts['terminal']:,} terminal, {verdicts['in flight']:,} in flight"
+        + "".join(f"; {n:,} {verdict}" for verdict, n in lost.items())
+        + ")",
+        f"CPU % of one core (mean) and peak RSS: {usage_by_role(samples)}",
+    ], sum(lost.values())
+
+
+def usage_by_role(samples: list[Sample]) -> str:
+    if not samples:
+        return "no samples (the soak was shorter than a sample interval)"
+    return ", ".join(
+        f"{role} {sum(s.usage[role].cpu_percent for s in samples) / len(samples):.0f}% "
+        f"{max(s.usage[role].rss_mb for s in samples):.0f} MB"
+        for role in samples[-1].usage
+    )
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -398,10 +410,9 @@ def measure(soak: Soak) -> Outcome:
         print(f"soak at {rate:g}/s for {clock(args.duration)} …", flush=True)
         bytes_before, began, first_job = database_bytes(soak.db), time.time(), len(soak.pacer.lags)
         soak.send(rate, args.duration)
-        ended = time.time()
-        soak.sampler.sample()
-        window = Window(began, ended, bytes_before, database_bytes(soak.db), first_job)
-        figures, lost = summary(soak, rate, window)
+        ended, waiting = time.time(), backlog(active_counts(soak.db, soak.workload.project_id))
+        window = Window(began, ended, waiting, bytes_before, database_bytes(soak.db), first_job)
+    figures, lost = summary(soak, rate, window)  # with every thread of the run stopped
     marks = {"soak": began} if args.ramp else {}
     return Outcome(lines + figures, lost, soak.sampler.samples, started, figures[0], marks)
 

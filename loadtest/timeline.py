@@ -47,6 +47,10 @@ def active_counts(db: sessionmaker[Session], project_id: str) -> dict[str, int]:
     return {status: count for status, count in rows}
 
 
+def backlog(counts: dict[str, int]) -> int:
+    return sum(counts.get(status, 0) for status in WAITING)
+
+
 class Sampler:
     """Takes a sample every `every` seconds on its own thread; `on_sample` sees each one."""
 
@@ -76,7 +80,7 @@ class Sampler:
             target=self.target(),
             accepted_per_s=(accepted - self.last[1]) / elapsed,
             delivered_per_s=(delivered - self.last[2]) / elapsed,
-            backlog=sum(counts.get(status, 0) for status in WAITING),
+            backlog=backlog(counts),
             sending=counts.get(MessageStatus.SENDING.value, 0),
             usage=self.usage.sample(),
         )

@@ -20,17 +20,16 @@ TINY = [
 ]
 
 
-def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
+def soak(migrated, *args: str) -> str:
+    """Run soak.py to its end against the session's PostgreSQL; its output."""
     env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *TINY, "--results", str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr[-3000:]
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
+    out = soak(migrated, *TINY, "--results", str(tmp_path))
     expected = [
         r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers",
         r"^load: 300 sends, \d+ started late \(> 10 ms, worst [\d.]+ s\); 300 accepted, 0 refused$",
@@ -56,3 +55,19 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
         rows = list(csv.DictReader(samples))
     assert len(rows) >= 5
     assert {"backlog", "delivered_per_s", "api_cpu_percent", "worker1_rss_mb"} <= set(rows[0])
+
+
+def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
+    ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "4s", "--max-rate", "15"]
+    out = soak(migrated, *TINY, *ramp, "--duration", "6s", "--results", str(tmp_path))
+    [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
+    verdict = r"(?:sustainable rate: (\d+)/s|no rate held)"
+    steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: backlog grew; )?" + verdict, line)
+    assert steps, line
+    held = re.findall(r"(\d+)/s held", steps[1])
+    assert held == ["10", "15"][: len(held)]
+    if held:  # a busy machine may not even hold 10/s: then there is no soak to check
+        assert steps[3] == held[-1]
+        assert re.search(rf"^soak: {held[-1]}/s for 0m0\d\.\ds", out, re.MULTILINE), out
+        assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
+    assert re.search(r"^plot: .+/ramp-[\d-]+/soak\.png$", out, re.MULTILINE), out
