@@ -30,10 +30,12 @@ from usage import Role
 
 from app import migrate
 from app.audience_schemas import TemplateCreateSchema
+from app.config import Settings
 from app.db import session_factory
 from app.embedded import free_port
 from app.enums import KeyKind
 from app.services import projects, subscribers, templates
+from tasks.celery_app import all_queues
 from tests.faults.stack import FAST_RECOVERY, Stack
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,12 +54,23 @@ class Layout:
     workers: int = 2
     pool: str = "threads"
     concurrency: int = 8
+    # Workers take turns between the stages (prepare, beat and webhooks; deliver) instead of
+    # each consuming every queue in priority order.
+    split_stages: bool = False
 
     def describe(self) -> str:
         return (
             f"API {self.api_workers} gunicorn workers x {self.api_threads} threads, "
             f"{self.workers} Celery workers x {self.pool} {self.concurrency}"
+            + (", stages split between workers" if self.split_stages else "")
         )
+
+    def worker_queues(self, n: int, queues: list[str]) -> list[str]:
+        """The queues of the nth worker (from 1): all of them, or one stage's when split."""
+        if not self.split_stages or self.workers < 2:
+            return queues
+        delivering = n % 2 == 0
+        return [queue for queue in queues if queue.startswith("deliver.") == delivering]
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,10 +80,13 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=default.workers, help="Celery worker processes")
     parser.add_argument("--pool", choices=["threads", "prefork", "solo"], default=default.pool, help="Celery pool")
     parser.add_argument("--concurrency", type=int, default=default.concurrency, help="pool size per worker")
+    parser.add_argument(
+        "--split-stages", action="store_true", help="odd workers prepare, even workers deliver (default: all do all)"
+    )
 
 
 def layout_from(args: argparse.Namespace) -> Layout:
-    return Layout(args.api_workers, args.api_threads, args.workers, args.pool, args.concurrency)
+    return Layout(args.api_workers, args.api_threads, args.workers, args.pool, args.concurrency, args.split_stages)
 
 
 def duration(value: str) -> float:
@@ -201,8 +217,13 @@ def running_stack(run_dir: Path, database_url: str, provider_url: str, layout: L
         stack.start("api", "api", "--workers", str(layout.api_workers), ready="Booting worker", TIDINGS_PORT=str(port))
         stack.api_url = f"http://127.0.0.1:{port}"
         wait_until_answering(stack.api_url)
+        queues = all_queues(Settings.from_env(stack.env))
         for n in range(1, layout.workers + 1):
-            stack.start_worker(f"worker{n}", "--pool", layout.pool, "--concurrency", str(layout.concurrency))
+            stack.start_worker(
+                f"worker{n}",
+                *("--pool", layout.pool, "--concurrency", str(layout.concurrency)),
+                *("--queues", ",".join(layout.worker_queues(n, queues))),
+            )
         stack.start_beat()
         yield stack
     finally:

@@ -332,7 +332,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--step", type=duration, default=60, help="length of a ramp step (default 1m)")
     parser.add_argument("--max-rate", type=float, default=3000, help="the ramp stops here at the latest")
     parser.add_argument("--subscribers", type=int, default=100_000, help="default 100,000")
-    parser.add_argument("--clients", type=int, default=64, help="sender threads (default 64)")
+    parser.add_argument("--clients", type=int, default=128, help="sender threads (default 128)")
     parser.add_argument("--readers", type=int, default=2, help="dashboard readers of the delivery log")
     parser.add_argument("--read-every", type=duration, default=2, help="between a reader's polls (default 2s)")
     parser.add_argument("--sample-every", type=duration, default=10, help="between samples (default 10s)")
