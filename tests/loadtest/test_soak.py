@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
 TINY = [
     *("--rate", "20", "--duration", "15s", "--subscribers", "500"),
     *("--sample-every", "2s", "--settle", "4s", "--open-delay", "2s", "--open-share", "0.5", "--click-share", "0.5"),
-    *("--transient-rate", "0.1", "--retry-delay-scale", "0.05", "--api-workers", "1", "--workers", "1"),
+    *("--transient-rate", "0.1", "--retry-delay-scale", "0.05", "--api-workers", "1"),
     "--no-record",
 ]
 
@@ -29,9 +29,10 @@ def soak(migrated, *args: str) -> str:
 
 
 def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
-    out = soak(migrated, *TINY, "--results", str(tmp_path))
+    out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--results", str(tmp_path))
     expected = [
-        r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers",
+        r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers .*, 2 Celery workers "
+        r"x threads 8, stages split between workers$",
         r"^load: 300 sends, \d+ started late \(> 10 ms, worst [\d.]+ s\); 300 accepted, 0 refused$",
         r"^delivered/s: [\d.]+ overall, [\d.]+ in the second half \(target 20\)$",
         r"^backlog: \d+ at the end, max \d+ after 0m04\.0s$",
@@ -44,7 +45,8 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
         r"^dead letters: 0$",
         r"^database growth: [\d,]+ bytes per notification",
         r"^lost: 0 \(\d+ terminal, \d+ in flight\)$",
-        r"^CPU % of one core \(mean\) and peak RSS: api \d+% \d+ MB, worker1 .*, redis .*, load \d+% \d+ MB$",
+        r"^CPU % of one core \(mean\) and peak RSS: api \d+% \d+ MB, worker1 .*, worker2 .*, redis .*, "
+        r"load \d+% \d+ MB$",
     ]
     for pattern in expected:
         assert re.search(pattern, out, re.MULTILINE), f"{pattern!r} not in:\n{out}"
@@ -59,7 +61,7 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
 
 def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
     ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "4s", "--max-rate", "15"]
-    out = soak(migrated, *TINY, *ramp, "--duration", "6s", "--results", str(tmp_path))
+    out = soak(migrated, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
     [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
     verdict = r"(?:sustainable rate: (\d+)/s|no rate held)"
     steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: backlog grew; )?" + verdict, line)
