@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import hotspots
 from api_client import Api, Calls
 from engagement import ENGAGEMENT_THREADS, Deliveries, Engagement
 from harness import (
@@ -114,8 +115,11 @@ class Soak:
         provider_url: str,
         db: sessionmaker[Session],
         roles: dict[str, Role],
+        run_dir: Path,
     ):
         self.args = args
+        self.roles = roles
+        self.run_dir = run_dir
         self.workload = workload
         self.db = db
         self.calls = Calls()
@@ -185,6 +189,18 @@ class Soak:
         self.pacer.run(rate, seconds, self.send_one, stop or threading.Event())
         self.pacer.wait_idle()
         self.deliveries.poll()
+
+    def profile(self, delay: float, seconds: float) -> None:
+        """py-spy on the API and each worker for `seconds`, starting `delay` seconds from now."""
+        if self.stop.wait(delay):
+            return
+        recorders = [
+            hotspots.record(role.root.pid, seconds, self.run_dir / f"profile-{name}.txt")
+            for name, role in self.roles.items()
+            if name == "api" or name.startswith("worker")
+        ]
+        for recorder in recorders:
+            recorder.wait()
 
     def watch_growth(self, sample: Sample) -> None:
         """Set `growth` once the backlog grew for two samples in a row while sending."""
@@ -309,6 +325,10 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
         + "".join(f"; {n:,} {verdict}" for verdict, n in lost.items())
         + ")",
         f"CPU % of one core (mean) and peak RSS: {usage_by_role(samples)}",
+        *(
+            f"where {path.stem.removeprefix('profile-')} spends its time: {hotspots.hot_spots(path)}"
+            for path in sorted(soak.run_dir.glob("profile-*.txt"))
+        ),
     ], sum(lost.values())
 
 
@@ -346,6 +366,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=9, help="for the choice of subscribers, opens, failures")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the run's folder goes")
     parser.add_argument("--no-record", action="store_true", help="do not append to BENCHMARKS.md")
+    parser.add_argument("--profile", action="store_true", help="py-spy the API and workers mid-soak (up to 60 s)")
     add_layout_arguments(parser)
     args = parser.parse_args(argv)
     if not (0 < args.rate <= 10_000 and 0 < args.ramp_start <= args.max_rate <= 10_000):
@@ -384,7 +405,8 @@ def run(args: argparse.Namespace, run_dir: Path) -> Outcome:
                     RETRY_DELAY_SCALE=str(args.retry_delay_scale),
                 ) as stack,
             ):
-                soak = Soak(args, workload, stack.api_url, provider_url, db, roles_of(stack, provider.pid, db))
+                roles = roles_of(stack, provider.pid, db)
+                soak = Soak(args, workload, stack.api_url, provider_url, db, roles, run_dir)
                 return measure(soak)
         finally:
             if os.environ.get("DATABASE_URL"):  # an embedded database goes with its directory
@@ -409,7 +431,13 @@ def measure(soak: Soak) -> Outcome:
             rate = held
         print(f"soak at {rate:g}/s for {clock(args.duration)} …", flush=True)
         bytes_before, began, first_job = database_bytes(soak.db), time.time(), len(soak.pacer.lags)
+        profiling = (min(args.settle, args.duration / 3), min(60, args.duration / 3)) if args.profile else None
+        profiler = threading.Thread(target=soak.profile, args=profiling) if profiling else None
+        if profiler is not None:
+            profiler.start()
         soak.send(rate, args.duration)
+        if profiler is not None:
+            profiler.join()
         ended, waiting = time.time(), backlog(active_counts(soak.db, soak.workload.project_id))
         window = Window(began, ended, waiting, bytes_before, database_bytes(soak.db), first_job)
     figures, lost = summary(soak, rate, window)  # with every thread of the run stopped

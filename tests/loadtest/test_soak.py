@@ -6,11 +6,16 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
+# Where soak.py looks for it: beside this Python (a virtualenv's bin), then on the PATH.
+PY_SPY = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 TINY = [
     *("--rate", "20", "--duration", "15s", "--subscribers", "500"),
@@ -73,3 +78,14 @@ def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_h
         assert re.search(rf"^soak: {held[-1]}/s for 0m0\d\.\ds", out, re.MULTILINE), out
         assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
     assert re.search(r"^plot: .+/ramp-[\d-]+/soak\.png$", out, re.MULTILINE), out
+
+
+@pytest.mark.skipif(PY_SPY is None, reason="py-spy is not installed (pip install py-spy)")
+def test_a_profiled_soak_names_where_each_process_spends_its_time(migrated, tmp_path):
+    out = soak(migrated, *TINY, "--workers", "1", "--duration", "10s", "--profile", "--results", str(tmp_path))
+    for role in ("api", "worker1"):
+        found = re.search(rf"^where {role} spends its time: (.+)$", out, re.MULTILINE)
+        assert found, out
+        spot = r"\d+% [\w.<>]+ \((?:app|tasks|providers)/[\w/]+\.py\)"
+        assert re.fullmatch(rf"(?:{spot}, )*{spot}; \d+% outside our code", found[1]), found[1]
+    assert list(tmp_path.glob("soak-*/profile-worker1.txt"))
