@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.faults.stack runs Tidings as processes
 
+from smtp_bench import servers
 from usage import Role
 
 from app import migrate
 from app.audience_schemas import TemplateCreateSchema
-from app.config import Settings
+from app.config import Settings, database_url_from_env
 from app.db import session_factory
 from app.embedded import free_port
 from app.enums import KeyKind
@@ -73,7 +74,14 @@ class Layout:
         return [queue for queue in queues if queue.startswith("deliver.") == delivering]
 
 
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
+    """What both runners take: the data, the provider's behaviour, where results go, the layout."""
+    parser.add_argument("--subscribers", type=int, default=100_000, help="default 100,000")
+    parser.add_argument("--transient-rate", type=float, default=0.03, help="provider calls answered 503 (0.03)")
+    parser.add_argument("--provider-latency", default="150-250", help="ms per provider call (150-250)")
+    parser.add_argument("--seed", type=int, default=9, help="for reproducible choices and provider failures")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the run's folder goes")
+    parser.add_argument("--no-record", action="store_true", help="do not append to BENCHMARKS.md")
     default = Layout()
     parser.add_argument("--api-workers", type=int, default=default.api_workers, help="gunicorn worker processes")
     parser.add_argument("--api-threads", type=int, default=default.api_threads, help="threads per gunicorn worker")
@@ -174,6 +182,39 @@ def roles_of(stack: Stack, provider_pid: int, db: sessionmaker[Session]) -> dict
     roles["provider"] = Role(provider_pid)
     roles["load"] = Role(os.getpid(), descendants=False)
     return roles
+
+
+@dataclass(frozen=True)
+class Setup:
+    workload: Workload
+    db: sessionmaker[Session]
+    stack: Stack
+    provider_url: str
+    provider: subprocess.Popen
+
+    def roles(self) -> dict[str, Role]:
+        return roles_of(self.stack, self.provider.pid, self.db)
+
+
+@contextmanager
+def set_up(name: str, args: argparse.Namespace, run_dir: Path, **env: str) -> Iterator[Setup]:
+    """PostgreSQL (DATABASE_URL's, or embedded for the run) with a workload in it, the fake
+    provider and the stack; afterwards the workload's project goes, with its messages."""
+    provider_args = ["--latency", args.provider_latency, "--transient-rate", str(args.transient_rate)]
+    with servers() as urls:
+        database_url = database_url_from_env(urls)
+        print(f"setting up {args.subscribers:,} subscribers and the templates …", flush=True)
+        workload = create_workload(database_url, args.subscribers, name)
+        db = session_factory(database_url)
+        try:
+            with (
+                fake_provider(*provider_args, "--seed", str(args.seed)) as (provider_url, provider),
+                running_stack(run_dir, database_url, provider_url, layout_from(args), **env) as stack,
+            ):
+                yield Setup(workload, db, stack, provider_url, provider)
+        finally:
+            if os.environ.get("DATABASE_URL"):  # an embedded database goes with its directory
+                projects.delete_project(db, workload.project_id)
 
 
 @contextmanager

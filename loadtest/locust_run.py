@@ -22,37 +22,38 @@ from datetime import datetime
 from pathlib import Path
 
 import requests
-from harness import (
-    RESULTS,
-    add_layout_arguments,
-    clock,
-    create_workload,
-    duration,
-    fake_provider,
-    layout_from,
-    roles_of,
-    running_stack,
-)
+from harness import Setup, add_setup_arguments, clock, duration, layout_from, set_up
 from report import append_section
-from smtp_bench import servers
-from usage import Usage
-
-from app.config import database_url_from_env
-from app.db import session_factory
-from app.services import projects
+from usage import Role, RoleUsage, Usage
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 RUN_TIMEOUT = 120  # seconds beyond the duration before a hung Locust is given up on
 
 
-def run_locust(api_url: str, env: dict[str, str], args: argparse.Namespace, out: Path) -> int:
+def run_locust(setup: Setup, args: argparse.Namespace, out: Path) -> tuple[int, dict[str, RoleUsage]]:
+    """Locust's exit status, and each process's CPU and memory over its run (Locust's own included)."""
     command = [
         *(sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary"),
         *("--users", str(args.users), "--spawn-rate", str(args.users)),
-        *("--run-time", f"{round(args.duration)}s", "--stop-timeout", "10", "--host", api_url),
+        *("--run-time", f"{round(args.duration)}s", "--stop-timeout", "10", "--host", setup.stack.api_url),
         *("--csv", str(out / "locust"), "--html", str(out / "locust.html"), "--json-file", str(out / "locust")),
     ]
-    return subprocess.run(command, env={**os.environ, **env}, timeout=args.duration + RUN_TIMEOUT).returncode
+    env = {
+        **os.environ,
+        "TIDINGS_API_KEY": setup.workload.key,
+        "TIDINGS_ADMIN_KEY": setup.stack.env["TIDINGS_ADMIN_KEY"],
+        "TIDINGS_SUBSCRIBERS": str(setup.workload.subscribers),
+        "TIDINGS_TEMPLATES": ",".join(setup.workload.templates),
+        "LOCUST_RATE": str(args.rate),
+    }
+    locust = subprocess.Popen(command, env=env)
+    usage = Usage({**setup.roles(), "locust": Role(locust.pid)})
+    try:
+        status = locust.wait(timeout=args.duration + RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        locust.kill()
+        raise
+    return status, usage.sample()
 
 
 def percentile(histogram: Counter[int], share: float) -> int:
@@ -92,12 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=100, help="Locust tasks per second, all users (default 100)")
     parser.add_argument("--users", type=int, default=50, help="Locust users sharing the rate (default 50)")
     parser.add_argument("--duration", type=duration, default=60, help="how long: 30s, 5m (default 60s)")
-    parser.add_argument("--subscribers", type=int, default=100_000, help="default 100,000")
-    parser.add_argument("--transient-rate", type=float, default=0.03, help="provider calls answered 503 (0.03)")
-    parser.add_argument("--provider-latency", default="150-250", help="ms per provider call (150-250)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where the run's folder goes")
-    parser.add_argument("--no-record", action="store_true", help="do not append to BENCHMARKS.md")
-    add_layout_arguments(parser)
+    add_setup_arguments(parser)
     args = parser.parse_args(argv)
     if not (0 < args.rate <= 10_000 and 1 <= args.users <= 1_000 and args.subscribers >= 1):
         parser.error("need 0 < rate <= 10,000, 1 to 1,000 users and at least one subscriber")
@@ -107,41 +103,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = args.results / f"locust-{datetime.now():%Y%m%d-%H%M%S}"
-    provider_args = ("--latency", args.provider_latency, "--transient-rate", str(args.transient_rate))
-    with servers() as env:
-        database_url = database_url_from_env(env)
-        print(f"setting up {args.subscribers:,} subscribers and the templates …", flush=True)
-        workload = create_workload(database_url, args.subscribers, "locust")
-        db = session_factory(database_url)
-        try:
-            with (
-                fake_provider(*provider_args) as (provider_url, provider),
-                running_stack(out, database_url, provider_url, layout_from(args)) as stack,
-            ):
-                usage = Usage(roles_of(stack, provider.pid, db))
-                status = run_locust(
-                    stack.api_url,
-                    {
-                        "TIDINGS_API_KEY": workload.key,
-                        "TIDINGS_ADMIN_KEY": stack.env["TIDINGS_ADMIN_KEY"],
-                        "TIDINGS_SUBSCRIBERS": str(workload.subscribers),
-                        "TIDINGS_TEMPLATES": ",".join(workload.templates),
-                        "LOCUST_RATE": str(args.rate),
-                    },
-                    args,
-                    out,
-                )
-                cpu = usage.sample()
-                at_provider = requests.get(f"{provider_url}/ledger", timeout=60).json()["accepted"]
-        finally:
-            if os.environ.get("DATABASE_URL"):  # an embedded database goes with its directory
-                projects.delete_project(db, workload.project_id)
+    with set_up("locust", args, out) as setup:
+        status, usage = run_locust(setup, args, out)
+        at_provider = requests.get(f"{setup.provider_url}/ledger", timeout=60).json()["accepted"]
     lines = [
         f"locust: {args.rate:g} tasks/s from {args.users} users for {clock(args.duration)}; "
         f"{layout_from(args).describe()}",
         *route_lines(out / "locust.json", args.duration),
         f"provider: {at_provider:,} messages accepted ({at_provider / args.duration:,.0f}/s of the run time)",
-        "CPU % of one core (mean): " + ", ".join(f"{role} {use.cpu_percent:.0f}%" for role, use in cpu.items()),
+        "CPU % of one core (mean): " + ", ".join(f"{role} {use.cpu_percent:.0f}%" for role, use in usage.items()),
         f"report: {out / 'locust.html'}",
     ]
     print("\n".join(lines))

@@ -25,13 +25,16 @@ and appends the figures to BENCHMARKS.md (unless --no-record).
 
 Ramp mode starts at 150/s and adds 50/s a minute until the backlog grows for two samples
 in a row, waits for the backlog to drain, then soaks at the highest rate that held.
+
+The process layout under test is set with --api-workers, --api-threads, --workers, --pool,
+--concurrency and --split-stages; --profile adds, per process, the functions of ours where
+py-spy found the time going.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import threading
@@ -49,31 +52,23 @@ from engagement import ENGAGEMENT_THREADS, Deliveries, Engagement
 from harness import (
     POSTMARK_WEBHOOK_PASSWORD,
     POSTMARK_WEBHOOK_USER,
-    RESULTS,
-    Workload,
-    add_layout_arguments,
+    Setup,
+    add_setup_arguments,
     clock,
-    create_workload,
     database_bytes,
     duration,
-    fake_provider,
     layout_from,
-    roles_of,
-    running_stack,
+    set_up,
     subscriber_id,
 )
 from pacer import LATE_AFTER, Pacer, late_starts
 from report import append_section
-from smtp_bench import servers
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 from timeline import Sample, Sampler, active_counts, backlog, plot, write_csv
-from usage import Role, Usage
+from usage import Usage
 
-from app.config import database_url_from_env
-from app.db import session_factory
 from app.enums import ACTIVE_STATUSES
-from app.services import projects
 
 ACTIVE = {status.value for status in ACTIVE_STATUSES}
 AT_THE_PROVIDER = {"sent", "delivered", "bounced", "complained"}
@@ -107,38 +102,29 @@ def spread(values: list[float], scale: float, unit: str) -> str:
 class Soak:
     """One run's load, the threads that follow it, and the samples."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        workload: Workload,
-        api_url: str,
-        provider_url: str,
-        db: sessionmaker[Session],
-        roles: dict[str, Role],
-        run_dir: Path,
-    ):
+    def __init__(self, args: argparse.Namespace, setup: Setup, run_dir: Path):
         self.args = args
-        self.roles = roles
+        self.workload = setup.workload
+        self.db = setup.db
+        self.roles = setup.roles()
         self.run_dir = run_dir
-        self.workload = workload
-        self.db = db
         self.calls = Calls()
         connections = args.clients + ENGAGEMENT_THREADS + args.readers
-        self.api = Api(api_url, connections, self.calls, {"Authorization": f"Bearer {workload.key}"})
+        self.api = Api(setup.stack.api_url, connections, self.calls, {"Authorization": f"Bearer {self.workload.key}"})
         self.random = random.Random(args.seed)
         self.accepted: dict[str, float] = {}  # message id → when its 202 arrived
         self.rate = 0.0
         self.pacer = Pacer(args.clients)
         auth = (POSTMARK_WEBHOOK_USER, POSTMARK_WEBHOOK_PASSWORD)
         self.engagement = Engagement(self.api, auth, args.open_delay, args.open_share, args.click_share, args.seed)
-        self.deliveries = Deliveries(provider_url, self.engagement.delivered)
+        self.deliveries = Deliveries(setup.provider_url, self.engagement.delivered)
         self.sampler = Sampler(
-            db,
-            workload.project_id,
+            self.db,
+            self.workload.project_id,
             accepted=lambda: len(self.accepted),
             delivered=lambda: len(self.deliveries.first),
             target=lambda: self.rate,
-            usage=Usage(roles),
+            usage=Usage(self.roles),
             on_sample=self.watch_growth,
         )
         self.stop = threading.Event()
@@ -351,7 +337,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ramp-step", type=float, default=50, help="added at each step (default 50)")
     parser.add_argument("--step", type=duration, default=60, help="length of a ramp step (default 1m)")
     parser.add_argument("--max-rate", type=float, default=3000, help="the ramp stops here at the latest")
-    parser.add_argument("--subscribers", type=int, default=100_000, help="default 100,000")
     parser.add_argument("--clients", type=int, default=128, help="sender threads (default 128)")
     parser.add_argument("--readers", type=int, default=2, help="dashboard readers of the delivery log")
     parser.add_argument("--read-every", type=duration, default=2, help="between a reader's polls (default 2s)")
@@ -360,14 +345,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--open-delay", type=duration, default=20, help="delivery → open webhook (default 20s)")
     parser.add_argument("--open-share", type=float, default=0.30, help="delivered messages opened (0.30)")
     parser.add_argument("--click-share", type=float, default=0.15, help="opened messages clicked (0.15)")
-    parser.add_argument("--transient-rate", type=float, default=0.03, help="provider calls answered 503 (0.03)")
-    parser.add_argument("--provider-latency", default="150-250", help="ms per provider call (150-250)")
     parser.add_argument("--retry-delay-scale", type=float, default=1.0, help="RETRY_DELAY_SCALE for the stack")
-    parser.add_argument("--seed", type=int, default=9, help="for the choice of subscribers, opens, failures")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where the run's folder goes")
-    parser.add_argument("--no-record", action="store_true", help="do not append to BENCHMARKS.md")
     parser.add_argument("--profile", action="store_true", help="py-spy the API and workers mid-soak (up to 60 s)")
-    add_layout_arguments(parser)
+    add_setup_arguments(parser)
     args = parser.parse_args(argv)
     if not (0 < args.rate <= 10_000 and 0 < args.ramp_start <= args.max_rate <= 10_000):
         parser.error("rates must be between 0 and 10,000 per second, the ramp's start below its maximum")
@@ -388,29 +368,8 @@ class Outcome:
 
 def run(args: argparse.Namespace, run_dir: Path) -> Outcome:
     """Set up, load, measure."""
-    provider_args = ["--latency", args.provider_latency, "--transient-rate", str(args.transient_rate)]
-    with servers() as env:
-        database_url = database_url_from_env(env)
-        print(f"setting up {args.subscribers:,} subscribers and the templates …", flush=True)
-        workload = create_workload(database_url, args.subscribers, "soak")
-        db = session_factory(database_url)
-        try:
-            with (
-                fake_provider(*provider_args, "--seed", str(args.seed)) as (provider_url, provider),
-                running_stack(
-                    run_dir,
-                    database_url,
-                    provider_url,
-                    layout_from(args),
-                    RETRY_DELAY_SCALE=str(args.retry_delay_scale),
-                ) as stack,
-            ):
-                roles = roles_of(stack, provider.pid, db)
-                soak = Soak(args, workload, stack.api_url, provider_url, db, roles, run_dir)
-                return measure(soak)
-        finally:
-            if os.environ.get("DATABASE_URL"):  # an embedded database goes with its directory
-                projects.delete_project(db, workload.project_id)
+    with set_up("soak", args, run_dir, RETRY_DELAY_SCALE=str(args.retry_delay_scale)) as setup:
+        return measure(Soak(args, setup, run_dir))
 
 
 def measure(soak: Soak) -> Outcome:

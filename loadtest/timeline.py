@@ -62,7 +62,7 @@ class Sampler:
         delivered: Callable[[], int],
         target: Callable[[], float],
         usage: Usage,
-        on_sample: Callable[[Sample], None] = lambda sample: None,
+        on_sample: Callable[[Sample], None],
     ):
         self.db, self.project_id = db, project_id
         self.accepted, self.delivered, self.target = accepted, delivered, target
@@ -71,7 +71,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.last = (time.time(), accepted(), delivered())
 
-    def sample(self) -> Sample:
+    def sample(self) -> None:
         now, accepted, delivered = time.time(), self.accepted(), self.delivered()
         elapsed = max(now - self.last[0], 1e-6)
         counts = active_counts(self.db, self.project_id)
@@ -87,7 +87,6 @@ class Sampler:
         self.last = (now, accepted, delivered)
         self.samples.append(sample)
         self.on_sample(sample)
-        return sample
 
     def run(self, every: float, stop: threading.Event) -> None:
         while not stop.wait(every):

@@ -21,6 +21,9 @@ class RoleUsage:
 
 
 class Role:
+    """A process, with its descendants or (for the load generator, whose children are the
+    stack) alone."""
+
     def __init__(self, pid: int, descendants: bool = True):
         self.root = psutil.Process(pid)
         self.descendants = descendants
@@ -34,13 +37,15 @@ class Role:
             return []
 
     def totals(self) -> tuple[float, int]:
-        """CPU seconds so far (own and reaped children's) and resident bytes, over the tree."""
+        """CPU seconds so far (with reaped children's, for a tree) and resident bytes."""
         cpu, rss = 0.0, 0
         for process in self.processes():
             try:
                 with process.oneshot():
                     times = process.cpu_times()
-                    cpu += times.user + times.system + times.children_user + times.children_system
+                    cpu += times.user + times.system
+                    if self.descendants:
+                        cpu += times.children_user + times.children_system
                     rss += process.memory_info().rss
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
