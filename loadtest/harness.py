@@ -55,8 +55,8 @@ class Layout:
     workers: int = 2
     pool: str = "threads"
     concurrency: int = 8
-    # Workers take turns between the stages (prepare, beat and webhooks; deliver) instead of
-    # each consuming every queue in priority order.
+    # Odd-numbered workers consume the prepare, webhook and beat queues, even-numbered ones
+    # the deliver queues, instead of every worker consuming every queue in priority order.
     split_stages: bool = False
 
     def describe(self) -> str:
