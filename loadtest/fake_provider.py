@@ -8,8 +8,12 @@ provider rejects an address, and 429 bursts (with Retry-After) come and go. A le
 counts every accepted message by our message id, so a test can prove nothing was sent
 twice or lost:
 
-    GET  /ledger   {"requests", "accepted", "rejected", "duplicates", "statuses", "messages": {id: count}}
-    POST /reset    empty the ledger and end any burst
+    GET  /ledger              {"requests", "accepted", "rejected", "duplicates", "statuses", "messages": {id: count}}
+    GET  /ledger/feed?after=N {"next", "entries": [[unix time, id], …]}: acceptances from the Nth on
+    POST /reset               empty the ledger and end any burst
+
+The feed lets a soak follow deliveries as they happen (to answer with opens and clicks,
+and to time accept → provider) without fetching the whole ledger every second.
 
     python loadtest/fake_provider.py --port 9900 --latency 150-250 --transient-rate 0.03
 
@@ -51,6 +55,9 @@ class Answer:
     headers: dict[str, str] | None = None
 
 
+FEED_PAGE = 20_000  # acceptances per feed answer: a soak's backlog catches up in a few calls
+
+
 class Ledger:
     """What the fake provider accepted, by our message id (or the recipient, for Twilio)."""
 
@@ -62,12 +69,21 @@ class Ledger:
         self.accepted: Counter[str] = Counter()
         self.statuses: Counter[int] = Counter()
         self.rejected = 0
+        self.feed: list[tuple[float, str]] = []
 
     def record(self, status: int, accepted: list[str], rejected: int) -> None:
+        now = time.time()
         with self.lock:
             self.statuses[status] += 1
             self.accepted.update(accepted)
             self.rejected += rejected
+            self.feed.extend((now, key) for key in accepted)
+
+    def entries(self, after: int) -> dict[str, Any]:
+        """Acceptances from position `after` on, at most FEED_PAGE of them, and where to go on from."""
+        with self.lock:
+            page = self.feed[after : after + FEED_PAGE]
+        return {"next": after + len(page), "entries": page}
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -243,8 +259,16 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        if self.path == "/ledger":
-            self.reply(Answer(200, self.server.provider.ledger.snapshot()))
+        path, _, query = self.path.partition("?")
+        ledger = self.server.provider.ledger
+        if path == "/ledger":
+            self.reply(Answer(200, ledger.snapshot()))
+        elif path == "/ledger/feed":
+            after = parse_qs(query).get("after", ["0"])[0]
+            if after.isdigit():
+                self.reply(Answer(200, ledger.entries(int(after))))
+            else:
+                self.reply(Answer(400, {"message": "after must be a position (0 or more)"}))
         else:
             self.reply(Answer(404, {"message": "not found"}))
 

@@ -110,6 +110,21 @@ def test_reset_empties_the_ledger(start):
     }
 
 
+def test_the_feed_pages_through_acceptances_in_order_with_their_times(start):
+    url = start("--latency", "0-1", "--permanent-rate", "0.3", "--seed", "5")
+    adapter = FakeProvider.from_env({"FAKE_PROVIDER_URL": url})
+    before = time.time()
+    sent = [r.message_id for r in adapter.send(emails(20)) if r.outcome is Outcome.SENT]
+    first = requests.get(f"{url}/ledger/feed", params={"after": 0}, timeout=5).json()
+    assert first["next"] == len(sent)
+    assert [key for _, key in first["entries"]] == sent
+    assert all(before <= at <= time.time() for at, _ in first["entries"])
+    adapter.send(emails(22)[20:])
+    rest = requests.get(f"{url}/ledger/feed", params={"after": first["next"]}, timeout=5).json()
+    assert [key for _, key in rest["entries"]] == [m for m in ("m21", "m22") if m in ledger(url)["messages"]]
+    assert requests.get(f"{url}/ledger/feed", params={"after": "-1"}, timeout=5).status_code == 400
+
+
 def test_it_holds_hundreds_of_concurrent_requests(start):
     url = start("--latency", "200-250")
     adapter = FakeProvider.from_env({"FAKE_PROVIDER_URL": url})

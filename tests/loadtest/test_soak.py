@@ -1,0 +1,91 @@
+"""The soak, run tiny: the whole stack, a fixed rate, retries, opens and clicks, the figures,
+the plot, and nothing lost."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
+# Where soak.py looks for it: beside this Python (a virtualenv's bin), then on the PATH.
+PY_SPY = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+TINY = [
+    *("--rate", "20", "--duration", "15s", "--subscribers", "500"),
+    *("--sample-every", "2s", "--settle", "4s", "--open-delay", "2s", "--open-share", "0.5", "--click-share", "0.5"),
+    *("--transient-rate", "0.1", "--retry-delay-scale", "0.05", "--api-workers", "1"),
+    "--no-record",
+]
+
+
+def soak(migrated, *args: str) -> str:
+    """Run soak.py to its end against the session's PostgreSQL; its output."""
+    env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
+    out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--results", str(tmp_path))
+    expected = [
+        r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers .*, 2 Celery workers "
+        r"x threads 8, stages split between workers$",
+        r"^load: 300 sends, \d+ started late \(> 10 ms, worst [\d.]+ s\); 300 accepted, 0 refused$",
+        r"^delivered/s: [\d.]+ overall, [\d.]+ in the second half \(target 20\)$",
+        r"^backlog: \d+ at the end, max \d+ after 0m04\.0s$",
+        r"^accept→provider: p50 [\d.]+ s, p95 [\d.]+ s, p99 [\d.]+ s \(\d+ of 300 reached the provider\)$",
+        r"^API sends: p50 \d+ ms, p95 \d+ ms, p99 \d+ ms$",
+        r"^API reads: p50 \d+ ms",
+        r"^API inbound webhooks: p50 \d+ ms",
+        r"^engagement: [1-9]\d* opens and \d+ clicks posted, 0 refused$",
+        r"^provider, whole run: \d+ calls, [1-9]\d* answered 503 \(retried\), 0 messages reached it twice$",
+        r"^dead letters: 0$",
+        r"^database growth: [\d,]+ bytes per notification",
+        r"^lost: 0 \(\d+ terminal, \d+ in flight\)$",
+        r"^CPU % of one core \(mean\) and peak RSS: api \d+% \d+ MB, worker1 .*, worker2 .*, redis .*, "
+        r"load \d+% \d+ MB$",
+    ]
+    for pattern in expected:
+        assert re.search(pattern, out, re.MULTILINE), f"{pattern!r} not in:\n{out}"
+    [plot] = re.findall(r"^plot: (.+)$", out, re.MULTILINE)
+    assert Path(plot).parent.parent == tmp_path
+    assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with (Path(plot).parent / "samples.csv").open() as samples:
+        rows = list(csv.DictReader(samples))
+    assert len(rows) >= 5
+    assert {"backlog", "delivered_per_s", "api_cpu_percent", "worker1_rss_mb"} <= set(rows[0])
+
+
+def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
+    ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "4s", "--max-rate", "15"]
+    out = soak(migrated, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
+    [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
+    verdict = r"(?:sustainable rate: (\d+)/s|no rate held)"
+    steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: backlog grew; )?" + verdict, line)
+    assert steps, line
+    held = re.findall(r"(\d+)/s held", steps[1])
+    assert held == ["10", "15"][: len(held)]
+    if held:  # a busy machine may not even hold 10/s: then there is no soak to check
+        assert steps[3] == held[-1]
+        assert re.search(rf"^soak: {held[-1]}/s for 0m0\d\.\ds", out, re.MULTILINE), out
+        assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
+    assert re.search(r"^plot: .+/ramp-[\d-]+/soak\.png$", out, re.MULTILINE), out
+
+
+@pytest.mark.skipif(PY_SPY is None, reason="py-spy is not installed (pip install py-spy)")
+def test_a_profiled_soak_names_where_each_process_spends_its_time(migrated, tmp_path):
+    out = soak(migrated, *TINY, "--workers", "1", "--duration", "10s", "--profile", "--results", str(tmp_path))
+    for role in ("api", "worker1"):
+        found = re.search(rf"^where {role} spends its time: (.+)$", out, re.MULTILINE)
+        assert found, out
+        spot = r"\d+% [\w.<>]+ \((?:app|tasks|providers)/[\w/]+\.py\)"
+        assert re.fullmatch(rf"(?:{spot}, )*{spot}; \d+% outside our code", found[1]), found[1]
+    assert list(tmp_path.glob("soak-*/profile-worker1.txt"))
