@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint fmt api worker beat flower migrate bench bench-compare bench-digest clean
+.PHONY: help install run test lint fmt api worker beat flower migrate bench bench-compare drain load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -54,6 +54,23 @@ bench: $(STAMP) ## Micro-benchmarks: save the run, print it, append it to BENCHM
 
 bench-compare: $(STAMP) ## Compare the two newest `make bench` runs; fails when one is > 25% slower
 	$(BIN)/python loadtest/bench_compare.py $(COMPARE_ARGS)
+
+drain: $(STAMP) ## Drain benchmark: 20 × 5,000 via the batch API, at 100 and 1 per provider call, beside COPY and no-op ceilings
+	$(BIN)/python loadtest/drain.py $(DRAIN_ARGS)
+
+load: $(STAMP) ## Single sends: 400/s end to end for 60 s, then 8 clients for 30 s against the API and a bare endpoint
+	$(BIN)/python loadtest/singles.py $(LOAD_ARGS)
+
+# Load tests. RATE and DURATION override the defaults (make soak RATE=200 DURATION=5m);
+# more options through LOADTEST_ARGS (e.g. "--workers 3 --split-stages --profile --no-record").
+loadtest: $(STAMP) ## Locust headless: RATE tasks/s (100) for DURATION (60s); CSV + HTML in loadtest/results/
+	$(BIN)/python loadtest/locust_run.py --rate $(or $(RATE),100) --duration $(or $(DURATION),60s) $(LOADTEST_ARGS)
+
+soak: $(STAMP) ## Soak: RATE sends/s (400) for DURATION (15m); figures, plot, a section in BENCHMARKS.md
+	$(BIN)/python loadtest/soak.py --rate $(or $(RATE),400) --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)
+
+ramp: $(STAMP) ## From 150/s, +50/s a minute until the backlog grows; then soak DURATION (15m) at the rate that held
+	$(BIN)/python loadtest/soak.py --ramp --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)
 
 bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~25 min, ~7 GB in /tmp)
 	$(BIN)/python loadtest/digest_bench.py --sizes 100000,10000000
