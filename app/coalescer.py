@@ -22,6 +22,10 @@ Why nothing is lost:
 
 A forked child starts with no coalescer and no thread (gunicorn forks its workers from a
 master that never sends): the ids waiting in the parent are the parent's to publish.
+
+Each task carries the request ids of the sends it holds (app.logs): one id as before when
+they came from one request, as on a quiet system; a list when they came from several, so a
+grep for any of them still finds the prepare and deliver lines of its message.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from app import logs
 from app.counters import Tally
 from app.db import publish
 from app.redis_client import redis_for
@@ -46,7 +51,8 @@ class Coalescer:
     def __init__(self, linger: float, limit: int = dispatch.CHUNK):
         self.linger = linger
         self.limit = limit
-        self._waiting: dict[str, list[str]] = {}
+        # priority → message id → the request that sent it
+        self._waiting: dict[str, dict[str, str | None]] = {}
         self._count = 0
         self._published_at = -math.inf
         self._changed = threading.Condition()
@@ -54,13 +60,13 @@ class Coalescer:
         self._publishing = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, ids: Sequence[str], priority: str) -> None:
+    def add(self, ids: Sequence[str], priority: str, request_id: str | None = None) -> None:
         """Queue committed `accepted` messages for a prepare task; returns at once."""
         if not ids:
             return
         with self._changed:
             woke_empty = self._count == 0
-            self._waiting.setdefault(str(priority), []).extend(str(i) for i in ids)
+            self._waiting.setdefault(str(priority), {}).update(dict.fromkeys(map(str, ids), request_id))
             self._count += len(ids)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tidings-coalescer", daemon=True)
@@ -88,11 +94,15 @@ class Coalescer:
             self.flush()
 
 
-def publish_prepares(waiting: dict[str, list[str]]) -> None:
-    """One prepare task per priority and chunk; counted, so /metrics shows sends per task."""
+def publish_prepares(waiting: dict[str, dict[str, str | None]]) -> None:
+    """One prepare task per priority and chunk, with its sends' request ids; counted, so
+    /metrics shows sends per task."""
     tally = Tally()
-    for priority, ids in waiting.items():
-        for signature in dispatch.prepare(ids, priority):
+    for priority, request_of in waiting.items():
+        for signature in dispatch.prepare(list(request_of), priority):
+            requests = sorted({request_of[i] for i in signature.args[0]} - {None})
+            if requests:
+                signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
             if publish(signature):
                 tally.count("coalesced_tasks", priority=priority)
                 tally.count("coalesced_messages", len(signature.args[0]), priority=priority)
@@ -110,7 +120,7 @@ def prepare_soon(ids: Sequence[str], priority: str) -> None:
         if _coalescer is None:
             _coalescer = Coalescer(settings().prepare_linger)
         coalescer = _coalescer
-    coalescer.add(ids, priority)
+    coalescer.add(ids, priority, logs.current().get("request_id"))
 
 
 def flush() -> None:

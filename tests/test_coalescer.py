@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import pytest
 import requests
@@ -15,6 +16,7 @@ from celery.signals import task_prerun
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.coalescer import Coalescer
+from app.logs import TASK_HEADER
 from tests.conftest import bearer, email
 from tests.faults.stack import insert_accepted, new_project, statuses, wait_until_terminal
 
@@ -26,13 +28,27 @@ CLIENTS = 8
 LONG_LINGER = 60.0
 
 
+class Started(NamedTuple):
+    task: str
+    queue: str
+    ids: list[str]
+    request_id: str | list[str] | None
+
+
+# Where each pipeline task carries its message ids.
+IDS_AT = {"tidings.prepare": 0, "tidings.deliver": 1}
+
+
 @contextmanager
-def tasks_run() -> Iterator[list[tuple[str, str, tuple]]]:
-    """Every task the session worker starts meanwhile: (name, queue, args)."""
-    started: list[tuple[str, str, tuple]] = []
+def tasks_run() -> Iterator[list[Started]]:
+    """Every prepare and deliver task the session worker starts meanwhile."""
+    started: list[Started] = []
 
     def record(sender, args, **_: object) -> None:
-        started.append((sender.name, sender.request.delivery_info["routing_key"], tuple(args)))
+        if sender.name in IDS_AT:
+            request = sender.request
+            queue, request_id = request.delivery_info["routing_key"], getattr(request, TASK_HEADER, None)
+            started.append(Started(sender.name, queue, list(args[IDS_AT[sender.name]]), request_id))
 
     task_prerun.connect(record, weak=False)
     try:
@@ -41,9 +57,9 @@ def tasks_run() -> Iterator[list[tuple[str, str, tuple]]]:
         task_prerun.disconnect(record)
 
 
-def carrying(started: list[tuple[str, str, tuple]], name: str, position: int, ids: set[str]) -> list[list[str]]:
-    """The id lists of the `name` tasks that carried any of `ids`."""
-    return [list(args[position]) for task, _, args in started if task == name and ids & set(args[position])]
+def carrying(started: list[Started], task: str, ids: list[str]) -> list[Started]:
+    """The `task` tasks that carried any of `ids`."""
+    return [one for one in started if one.task == task and set(ids) & set(one.ids)]
 
 
 def coalesced(client) -> dict[str, float]:
@@ -76,10 +92,9 @@ def test_concurrent_sends_share_prepare_tasks_and_all_arrive(client, live_api, p
     assert len(set(ids)) == SENDS
     assert set(seen.values()) == {"sent"}
     assert all(fake_provider.count(i) == 1 for i in ids)
-    ours = set(ids)
-    prepares = carrying(started, "tidings.prepare", 0, ours)
-    delivers = carrying(started, "tidings.deliver", 1, ours)
-    assert sorted(i for chunk in prepares for i in chunk) == sorted(ids)  # each id prepared once
+    prepares = carrying(started, "tidings.prepare", ids)
+    delivers = carrying(started, "tidings.deliver", ids)
+    assert sorted(i for task in prepares for i in task.ids) == sorted(ids)  # each id prepared once
     # One publish at once, then at most one per linger while the burst lasts, and one after it.
     assert len(prepares) <= elapsed / linger + 2
     assert len(delivers) <= len(prepares)
@@ -116,7 +131,7 @@ def test_a_full_buffer_is_published_without_waiting_for_the_linger(client, engin
         coalescer.add(ids[:2], "transactional")
         coalescer.add(ids[2:], "transactional")
         assert set(wait_until_terminal(engine, ids, timeout=20).values()) == {"sent"}
-    assert carrying(started, "tidings.prepare", 0, set(ids)) == [ids]
+    assert [task.ids for task in carrying(started, "tidings.prepare", ids)] == [ids]
 
 
 def test_ids_of_each_priority_go_to_their_own_lane(client, engine):
@@ -131,7 +146,7 @@ def test_ids_of_each_priority_go_to_their_own_lane(client, engine):
         coalescer.add(urgent[1:], "transactional")
         coalescer.flush()
         assert set(wait_until_terminal(engine, urgent + bulk, timeout=20).values()) == {"sent"}
-    lanes = {queue: list(args[0]) for task, queue, args in started if task == "tidings.prepare"}
+    lanes = {task.queue: task.ids for task in carrying(started, "tidings.prepare", urgent + bulk)}
     assert lanes == {"prepare.transactional": urgent, "prepare.bulk": bulk}
 
 
@@ -148,3 +163,20 @@ def test_adding_from_many_threads_loses_no_id(client, engine):
     for thread in threads:
         thread.join()
     assert set(wait_until_terminal(engine, ids, timeout=30).values()) == {"sent"}
+
+
+def test_a_task_carries_the_request_ids_of_the_sends_it_holds(client, engine):
+    project = new_project(engine)
+    first, *ids = insert_accepted(engine, project, 4, priority="transactional")
+    coalescer = Coalescer(linger=LONG_LINGER)
+    start_the_linger(coalescer, engine, first)
+    with tasks_run() as started:
+        coalescer.add(ids[:1], "transactional", "req-b")
+        coalescer.add(ids[1:2], "transactional", "req-a")
+        coalescer.add(ids[2:], "transactional", None)  # the CLI sends with no request
+        coalescer.flush()
+        assert set(wait_until_terminal(engine, ids, timeout=20).values()) == {"sent"}
+    (prepare,) = carrying(started, "tidings.prepare", ids)
+    (deliver,) = carrying(started, "tidings.deliver", ids)
+    # Logs of both tasks carry both requests: a grep for either finds them.
+    assert prepare.request_id == deliver.request_id == ["req-a", "req-b"]
