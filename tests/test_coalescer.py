@@ -3,6 +3,10 @@ nothing, and what is waiting is published on a flush. Counted at the real worker
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -180,3 +184,18 @@ def test_a_task_carries_the_request_ids_of_the_sends_it_holds(client, engine):
     (deliver,) = carrying(started, "tidings.deliver", ids)
     # Logs of both tasks carry both requests: a grep for either finds them.
     assert prepare.request_id == deliver.request_id == ["req-a", "req-b"]
+
+
+def test_a_command_that_exits_right_after_sending_publishes_on_its_way_out(migrated, project):
+    environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "send", "--project", project.id, "--to", "ada@example.com"],
+        env={**environ, **migrated.environ, "PREPARE_LINGER_MS": "10000"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    message_id = re.search(r"accepted (\S+)", done.stdout).group(1)
+    # No beat runs here: only the task the command published can move the message.
+    assert project.wait_for(message_id)["status"] == "sent"
