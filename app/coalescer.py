@@ -31,11 +31,14 @@ grep for any of them still finds the prepare and deliver lines of its message.
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import os
 import threading
 import time
 from collections.abc import Sequence
+
+from celery.canvas import Signature
 
 from app import logs
 from app.counters import Tally
@@ -43,6 +46,8 @@ from app.db import publish
 from app.redis_client import redis_for
 from tasks import dispatch
 from tasks.celery_app import settings
+
+logger = logging.getLogger(__name__)
 
 
 class Coalescer:
@@ -96,17 +101,32 @@ class Coalescer:
 
 def publish_prepares(waiting: dict[str, dict[str, str | None]]) -> None:
     """One prepare task per priority and chunk, with its sends' request ids; counted, so
-    /metrics shows sends per task."""
+    /metrics shows sends per task.
+
+    After the first task the broker refuses, the rest are not tried: each try may take the
+    broker's connect timeout, and ids arriving meanwhile would pile up behind them.
+    """
+    signatures = [
+        (priority, with_request_ids(signature, request_of))
+        for priority, request_of in waiting.items()
+        for signature in dispatch.prepare(list(request_of), priority)
+    ]
     tally = Tally()
-    for priority, request_of in waiting.items():
-        for signature in dispatch.prepare(list(request_of), priority):
-            requests = sorted({request_of[i] for i in signature.args[0]} - {None})
-            if requests:
-                signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
-            if publish(signature):
-                tally.count("coalesced_tasks", priority=priority)
-                tally.count("coalesced_messages", len(signature.args[0]), priority=priority)
+    for done, (priority, signature) in enumerate(signatures):
+        if not publish(signature):
+            left = sum(len(later.args[0]) for _, later in signatures[done:])
+            logger.warning("no prepare task for %d accepted messages; the sweeper will dispatch them", left)
+            break
+        tally.count("coalesced_tasks", priority=priority)
+        tally.count("coalesced_messages", len(signature.args[0]), priority=priority)
     tally.flush(redis_for(settings().redis_url))
+
+
+def with_request_ids(signature: Signature, request_of: dict[str, str | None]) -> Signature:
+    requests = sorted({request_of[i] for i in signature.args[0]} - {None})
+    if requests:
+        signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
+    return signature
 
 
 _lock = threading.Lock()
