@@ -81,8 +81,9 @@ class Settings:
     # Seconds between keep-alive comments on an idle event stream.
     stream_heartbeat: float = 15.0
     api_threads: int = 32
-    # Seconds an accepted single send may wait for others to share its prepare task (app/coalescer.py).
-    prepare_linger: float = 0.01
+    # Seconds an accepted single send may wait for others to share its prepare task
+    # (app/coalescer.py); a send after a quiet spell does not wait at all.
+    prepare_linger: float = 0.05
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -137,7 +138,7 @@ class Settings:
             webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
             stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
             api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
-            prepare_linger=_int(env, "PREPARE_LINGER_MS", 10, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
+            prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             environ=env,
         )
 

@@ -21,7 +21,7 @@ def test_defaults():
     assert settings.broker_url == settings.redis_url
     assert settings.providers[Channel.EMAIL] == "log"
     assert settings.port == 8000
-    assert settings.prepare_linger == 0.01
+    assert settings.prepare_linger == 0.05
     assert Settings.from_env({**GOOD, "PREPARE_LINGER_MS": "0"}).prepare_linger == 0
 
 

@@ -58,7 +58,9 @@ def queued(stack: Stack) -> int:
 
 
 def test_a_burst_of_sends_is_a_few_prepare_tasks(make_stack, provider, engine):
-    stack = make_stack(PREPARE_LINGER_MS="50")
+    # Long enough that the burst's speed, whatever the machine's load, hardly matters.
+    linger = 2.0
+    stack = make_stack(PREPARE_LINGER_MS=str(int(linger * 1000)))
     api = stack.start_api()
     key = api_key(api)
 
@@ -73,9 +75,9 @@ def test_a_burst_of_sends_is_a_few_prepare_tasks(make_stack, provider, engine):
     tasks, messages = wait_for_published(api, SENDS)
     assert messages == SENDS
     assert queued(stack) == tasks  # no worker yet: every task published is still on the broker
-    # At most one publish per linger (the first goes at once), and a few ids in every task.
-    assert tasks <= elapsed / 0.05 + 2
-    assert tasks <= SENDS / 4
+    # The first send goes at once, then at most one publish per linger.
+    assert tasks <= elapsed / linger + 2
+    assert tasks <= SENDS / 10
     stack.start_worker()
     seen = wait_until_terminal(engine, ids, timeout=60)
     assert set(seen.values()) == {"sent"}
