@@ -27,6 +27,8 @@ DELIVERING_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH, Channel.WEBHOOK
 # The longest wait that rides on a Celery countdown; longer ones are parked in PostgreSQL.
 # Every countdown must stay below the broker's visibility timeout, or Redis re-delivers it.
 MAX_COUNTDOWN = 15 * 60
+# Beyond this a waiting send would be late by any measure; the default is a few milliseconds.
+MAX_PREPARE_LINGER_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class Settings:
     # Seconds between keep-alive comments on an idle event stream.
     stream_heartbeat: float = 15.0
     api_threads: int = 32
+    # Seconds an accepted single send may wait for others to share its prepare task
+    # (app/coalescer.py); a send after a quiet spell does not wait at all.
+    prepare_linger: float = 0.05
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -133,6 +138,7 @@ class Settings:
             webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
             stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
             api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
+            prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             environ=env,
         )
 

@@ -41,6 +41,8 @@ COUNTERS = {
     "retries": "Messages that failed transiently and will be tried again, by channel and provider.",
     "dead_letters": "Messages that ran out of attempts, by channel and provider.",
     "http_requests": "API requests answered, by method, route and status.",
+    "coalesced_tasks": "Prepare tasks the API published for single sends, by priority (app/coalescer.py).",
+    "coalesced_messages": "Messages those prepare tasks carried, by priority: sends per task is this over that.",
     "retention_deleted": "Finished messages deleted by retention, with their content and events, by project.",
 }
 

@@ -47,14 +47,24 @@ def enqueue_after_commit(session: Session, signature: Signature) -> None:
     session.info.setdefault("outbox", []).append(signature)
 
 
+def publish(signature: Signature) -> bool:
+    """Publish a task for committed rows now, retrying once; False if the broker would not take it.
+
+    A failure is logged and not raised: the rows are committed, so nothing is lost, and
+    the sweeper re-dispatches them once they have waited STALLED_AFTER_SECONDS.
+    """
+    try:
+        signature.apply_async(retry=True, retry_policy={"max_retries": 1, "interval_start": 0})
+    except Exception:
+        logger.warning("could not publish %s; the sweeper will pick it up", signature.task, exc_info=True)
+        return False
+    return True
+
+
 @event.listens_for(Session, "after_commit")
 def _publish_outbox(session: Session) -> None:
     for signature in session.info.pop("outbox", []):
-        try:
-            signature.apply_async(retry=True, retry_policy={"max_retries": 1, "interval_start": 0})
-        except Exception:
-            # The rows are committed, so nothing is lost: the sweeper re-dispatches them.
-            logger.warning("could not publish %s; the sweeper will pick it up", signature.task, exc_info=True)
+        publish(signature)
 
 
 @event.listens_for(Session, "after_rollback")

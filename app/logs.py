@@ -4,7 +4,8 @@ The API takes the caller's `X-Request-ID` (or makes one), puts it on every log l
 the request and on every task the request publishes, as a message header; the worker
 puts it, with the task id and name, on every line the task logs, and on the tasks that
 task publishes in turn. So one grep for a request id finds the HTTP request, its
-prepare and its deliver, on whichever machines they ran.
+prepare and its deliver, on whichever machines they ran. A prepare task that carries the
+sends of several requests (app/coalescer.py) carries their ids as a list.
 """
 
 from __future__ import annotations

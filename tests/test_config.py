@@ -21,6 +21,8 @@ def test_defaults():
     assert settings.broker_url == settings.redis_url
     assert settings.providers[Channel.EMAIL] == "log"
     assert settings.port == 8000
+    assert settings.prepare_linger == 0.05
+    assert Settings.from_env({**GOOD, "PREPARE_LINGER_MS": "0"}).prepare_linger == 0
 
 
 def test_a_channel_lists_its_providers_in_failover_order():
@@ -101,6 +103,9 @@ def test_broker_may_be_rabbitmq():
             "ses status webhooks: SES_SNS_TEST_HOST may only name 127.0.0.1:<port>; got 'example.com:80'",
         ),
         ({"BREAKER_FAILURES": "0"}, "BREAKER_FAILURES must be at least 1; got 0"),
+        ({"PREPARE_LINGER_MS": "2.5"}, "PREPARE_LINGER_MS must be a whole number; got '2.5'"),
+        ({"PREPARE_LINGER_MS": "-1"}, "PREPARE_LINGER_MS must be from 0 to 10000; got -1"),
+        ({"PREPARE_LINGER_MS": "60000"}, "PREPARE_LINGER_MS must be from 0 to 10000; got 60000"),
         (
             {"TIDINGS_PUBLIC_URL": "tidings.example.com"},
             "TIDINGS_PUBLIC_URL must start with one of http://, https://; got 'tidings.example.com'",

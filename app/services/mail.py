@@ -13,14 +13,13 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import coalescer
 from app.addresses import normalise_address
 from app.auth import Caller
-from app.db import enqueue_after_commit
 from app.enums import Channel
 from app.mime import Mail
 from app.services import intake
 from providers import registry
-from tasks import dispatch
 
 
 class FilesNotCarried(Exception):
@@ -62,6 +61,5 @@ def accept_mail(
             session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
         )
         ids = [str(row.id) for row in inserted]
-        for signature in dispatch.prepare(ids, mail.priority):
-            enqueue_after_commit(session, signature)
+    coalescer.prepare_soon(ids, mail.priority)
     return ids

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import coalescer
 from app.auth import Caller
-from app.db import enqueue_after_commit
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
 from app.event_log import sent_data
@@ -21,7 +21,7 @@ from app.models import Event, Message, MessageContent
 from app.pagination import decode_cursor, page
 from app.schemas import ADDRESS_FOR_CHANNEL
 from app.services import engagement, intake
-from tasks import dispatch, store
+from tasks import store
 
 INVALID = "Invalid request."
 
@@ -60,9 +60,8 @@ def accept(
         if not inserted:
             return _replay(session, caller.project_id, idempotency_key, raw_body)
         row = inserted[0]
-        if status is MessageStatus.ACCEPTED:
-            for signature in dispatch.prepare([str(row.id)], data["priority"]):
-                enqueue_after_commit(session, signature)
+    if status is MessageStatus.ACCEPTED:
+        coalescer.prepare_soon([str(row.id)], data["priority"])
     return Accepted({"id": str(row.id), "status": status.value, "created_at": row.created_at}, replayed=False)
 
 

@@ -1,0 +1,103 @@
+"""The coalescer in a real gunicorn API: tasks counted on the broker with no worker running.
+
+A burst of single sends becomes a few prepare tasks; a graceful stop publishes the ids still
+waiting for their linger, so they arrive with no sweeper running.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tasks.backlog import queue_depths
+from tests.conftest import ADMIN_KEY, bearer, email
+from tests.faults.stack import Stack, assert_ledger_agrees, wait_until_terminal
+
+LANE = "prepare.transactional"
+SENDS = 200
+CLIENTS = 8
+
+
+def api_key(api: str) -> str:
+    admin = bearer(ADMIN_KEY)
+    project = requests.post(f"{api}/v1/admin/projects", json={"name": "Coalescing"}, headers=admin, timeout=10).json()
+    return requests.post(
+        f"{api}/v1/admin/projects/{project['id']}/keys", json={"name": "k"}, headers=admin, timeout=10
+    ).json()["key"]
+
+
+def send(api: str, key: str, http: requests.Session | None = None) -> str:
+    answer = (http or requests).post(f"{api}/v1/messages", json=email(), headers=bearer(key), timeout=30)
+    assert answer.status_code == 202, answer.text
+    return answer.json()["id"]
+
+
+def coalesced(api: str) -> tuple[float, float]:
+    """(prepare tasks published, messages they carried) by the API's coalescer, so far."""
+    families = {f.name: f for f in text_string_to_metric_families(requests.get(f"{api}/metrics", timeout=10).text)}
+    tasks, messages = (
+        sum(s.value for s in families[f"tidings_{name}"].samples if s.name.endswith("_total"))
+        for name in ("coalesced_tasks", "coalesced_messages")
+    )
+    return tasks, messages
+
+
+def wait_for_published(api: str, messages: int, timeout: float = 30) -> tuple[float, float]:
+    deadline = time.monotonic() + timeout
+    while (counts := coalesced(api))[1] < messages and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return counts
+
+
+def queued(stack: Stack) -> int:
+    return queue_depths(stack.redis.url, [LANE])[LANE]
+
+
+def test_a_burst_of_sends_is_a_few_prepare_tasks(make_stack, provider, engine):
+    # Long enough that the burst's speed, whatever the machine's load, hardly matters.
+    linger = 2.0
+    stack = make_stack(PREPARE_LINGER_MS=str(int(linger * 1000)))
+    api = stack.start_api()
+    key = api_key(api)
+
+    def send_many(_: int) -> list[str]:
+        with requests.Session() as http:
+            return [send(api, key, http) for _ in range(SENDS // CLIENTS)]
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        ids = [i for chunk in pool.map(send_many, range(CLIENTS)) for i in chunk]
+    elapsed = time.monotonic() - began
+    tasks, messages = wait_for_published(api, SENDS)
+    assert messages == SENDS
+    assert queued(stack) == tasks  # no worker yet: every task published is still on the broker
+    # The first send goes at once, then at most one publish per linger.
+    assert tasks <= elapsed / linger + 2
+    assert tasks <= SENDS / 10
+    stack.start_worker()
+    seen = wait_until_terminal(engine, ids, timeout=60)
+    assert set(seen.values()) == {"sent"}
+    assert_ledger_agrees(seen, provider, idempotent=True)
+    print(f"\n{SENDS} sends in {elapsed:.2f} s through gunicorn: {tasks:.0f} prepare tasks")
+
+
+def test_a_graceful_stop_publishes_the_ids_still_waiting(make_stack, provider, engine):
+    stack = make_stack(PREPARE_LINGER_MS="10000")
+    api = stack.start_api()
+    key = api_key(api)
+    first = send(api, key)
+    assert wait_for_published(api, 1) == (1, 1)  # alone on a quiet coalescer: published at once
+    waiting = [send(api, key), send(api, key)]
+    time.sleep(0.5)
+    assert coalesced(api) == (1, 1)  # the others wait for the linger
+    assert queued(stack) == 1
+    assert stack.signal("api", signal.SIGTERM) == 0
+    assert queued(stack) == 2  # one more task, published on the way out
+    stack.start_worker()  # and no beat: nothing but those tasks can move the messages
+    seen = wait_until_terminal(engine, [first, *waiting], timeout=60)
+    assert set(seen.values()) == {"sent"}
+    assert_ledger_agrees(seen, provider, idempotent=True)
