@@ -45,7 +45,8 @@ class LogProvider:
     account_settings: ClassVar[tuple[str, ...]] = ()
 
     # What this process would have sent, newest last; bounded so a long run cannot grow it.
-    record: ClassVar[deque[Outbound]] = deque(maxlen=100_000)
+    # 10,000 rendered messages are ~25 MB; 100,000 took a draining worker past 250 MB.
+    record: ClassVar[deque[Outbound]] = deque(maxlen=10_000)
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
