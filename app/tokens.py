@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from itsdangerous import BadSignature, URLSafeSerializer
+from itsdangerous import BadSignature, Serializer, URLSafeSerializer
+from itsdangerous.encoding import base64_encode
 
 from tasks.celery_app import settings
 
@@ -37,8 +38,20 @@ class Verified:
     expired: bool
 
 
+class _UncompressedSerializer(URLSafeSerializer):
+    """URL-safe tokens without itsdangerous' zlib attempt on every dump.
+
+    Prepare mints an unsubscribe token for every bulk email; trying zlib on each (which
+    saves a few bytes of a short JSON payload, if any) was 15% of a prepare worker's CPU.
+    Loading is unchanged, so a compressed token minted earlier still verifies.
+    """
+
+    def dump_payload(self, obj: Any) -> bytes:
+        return base64_encode(Serializer.dump_payload(self, obj))
+
+
 def _serializer(purpose: Purpose) -> URLSafeSerializer:
-    return URLSafeSerializer(settings().secret_key, salt=f"tidings.{purpose}")
+    return _UncompressedSerializer(settings().secret_key, salt=f"tidings.{purpose}")
 
 
 def mint(purpose: Purpose, claims: dict[str, Any], lifetime: float = LINK_LIFETIME) -> str:
