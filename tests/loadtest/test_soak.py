@@ -37,7 +37,7 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
     out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--results", str(tmp_path))
     expected = [
         r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers .*, 2 Celery workers "
-        r"x threads 8, stages split between workers$",
+        r"x threads \d+, stages split between workers$",
         r"^load: 300 sends, \d+ started late \(> 10 ms, worst [\d.]+ s\); 300 accepted, 0 refused$",
         r"^delivered/s: [\d.]+ overall, [\d.]+ in the second half \(target 20\)$",
         r"^backlog: \d+ at the end, max \d+ after 0m04\.0s$",
