@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
 
 import requests
@@ -100,4 +102,7 @@ def test_postgres_restarted_mid_drain(make_stack, provider, tmp_path):
         own.dispose()
         stack.stop()
     finally:
+        # pgserver stops the postmaster it started, which the restart replaced: stop the new one.
+        with contextlib.suppress(subprocess.CalledProcessError):
+            pg_ctl(["-m", "immediate", "-w", "stop"], pgdata=server.pgdata, user=server.system_user)
         server.cleanup()
