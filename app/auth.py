@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flask import g, request
@@ -68,13 +69,12 @@ def unauthorized() -> None:
     abort(401, "A valid API key is required.", headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_project_key(db: sessionmaker[Session]) -> Caller:
-    """Authenticate a project route; the caller is kept in `g.caller`."""
+def require_project_key(look_up: Callable[[str], Caller | None]) -> Caller:
+    """Authenticate a project route with `look_up` (token → caller); the caller is kept in `g.caller`."""
     token = bearer_token()
     if token is None:
         unauthorized()
-    with db() as session:
-        caller = find_caller(session, token)
+    caller = look_up(token)
     if caller is None:
         unauthorized()
     g.caller = caller

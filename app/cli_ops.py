@@ -134,7 +134,8 @@ def keys_revoke(project: str, key_id: str) -> None:
     """Revoke KEY_ID of PROJECT."""
     from app.services import projects as service
 
-    service.revoke_key(connect().db, project, key_id)
+    ops = connect()
+    service.revoke_key(ops.db, ops.redis, project, key_id)
     click.echo(f"revoked {key_id}")
 
 

@@ -49,6 +49,7 @@ from app import migrate
 from app.config import Settings, database_url_from_env
 from app.db import session_factory, session_scope
 from app.enums import KeyKind
+from app.redis_client import redis_for
 from app.services import projects
 from tasks import maintenance
 from tasks.celery_app import all_queues, configure
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 noop = noop_ceiling(urls, noop_dir, args.layout, args.noop_tasks)
         finally:
             for project_id in project_ids:
-                projects.delete_project(db, project_id)
+                projects.delete_project(db, redis_for(urls["REDIS_URL"]), project_id)
             engine.dispose()
     body = report(results, noop, args)
     print(body)

@@ -45,6 +45,7 @@ from app import migrate
 from app.config import Settings
 from app.db import session_factory
 from app.enums import KeyKind, Priority
+from app.redis_client import redis_for
 from app.services import projects
 from tasks.celery_app import all_queues, configure
 from tasks.queues import prepare_queue
@@ -309,7 +310,7 @@ def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
         finally:
             processes.stop()
             purge(settings, [prepare_queue(Priority.TRANSACTIONAL), bare_api.QUEUE])
-            projects.delete_project(db, project_id)
+            projects.delete_project(db, redis_for(settings.redis_url), project_id)
             engine.dispose()
     return lines, whole
 

@@ -41,6 +41,7 @@ from app.config import database_url_from_env
 from app.db import session_factory
 from app.embedded import free_port
 from app.enums import KeyKind
+from app.redis_client import redis_for
 from app.services import projects
 
 GO_RELAY_CPU_MICROSECONDS = 22  # the Go relay's CPU time per SMTP message, for comparison
@@ -155,7 +156,7 @@ def bench(messages: int, clients: int, recipients: int, attachment_kb: int, use_
         db = session_factory(database_url)
         project_id = f"smtp-bench-{secrets.token_hex(4)}"
         projects.create_project(db, {"id": project_id, "name": "SMTP bench", "channels": ["email"]})
-        stack.callback(projects.delete_project, db, project_id)
+        stack.callback(projects.delete_project, db, redis_for(env["REDIS_URL"]), project_id)
         key = projects.create_key(db, project_id, "bench", KeyKind.TEST)["key"]
         tls, cert_env = throwaway_tls(stack) if use_tls else (None, {})
         process, port = stack.enter_context(smtp_server(env, tls, cert_env))

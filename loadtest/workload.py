@@ -32,6 +32,7 @@ from app.audience_schemas import TemplateCreateSchema
 from app.config import Settings, database_url_from_env
 from app.db import session_factory
 from app.enums import KeyKind
+from app.redis_client import redis_for
 from app.services import projects, subscribers, templates
 from tasks.celery_app import all_queues
 from tests.faults.stack import FAST_RECOVERY, Stack
@@ -213,7 +214,7 @@ def set_up(name: str, args: argparse.Namespace, run_dir: Path, **env: str) -> It
                 yield Setup(workload, db, stack, provider_url, provider)
         finally:
             if os.environ.get("DATABASE_URL"):  # an embedded database goes with its directory
-                projects.delete_project(db, workload.project_id)
+                projects.delete_project(db, redis_for(urls["REDIS_URL"]), workload.project_id)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import redis
 from flask import Flask, current_app
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.caller_cache import CallerCache
 from app.config import Settings
 from app.db import session_factory
 from app.errors import TidingsApi, install
@@ -28,6 +29,7 @@ class Context:
     redis: redis.Redis
     limiter: ApiRateLimiter
     hub: Hub
+    callers: CallerCache
 
 
 def context() -> Context:
@@ -66,9 +68,8 @@ def create_app(settings: Settings) -> Flask:
     )
     client = redis_for(settings.redis_url)
     hub = Hub(settings.redis_url, max_listeners=max(settings.api_threads - 4, 1))
-    app.extensions["tidings"] = Context(
-        settings, session_factory(settings.database_url), client, ApiRateLimiter(client), hub
-    )
+    db = session_factory(settings.database_url)
+    app.extensions["tidings"] = Context(settings, db, client, ApiRateLimiter(client), hub, CallerCache(db, client))
     api = TidingsApi(app)
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)

@@ -58,13 +58,13 @@ def get_project(project_id: str):
 @blp.arguments(ProjectUpdateSchema)
 @blp.response(200, ProjectSchema)
 def update_project(data: dict[str, Any], project_id: str):
-    return projects.update_project(context().db, project_id, data)
+    return projects.update_project(context().db, context().redis, project_id, data)
 
 
 @blp.route("/projects/<project_id>", methods=["DELETE"])
 @blp.response(204)
 def delete_project(project_id: str):
-    projects.delete_project(context().db, project_id)
+    projects.delete_project(context().db, context().redis, project_id)
 
 
 @blp.route("/projects/<project_id>/keys", methods=["POST"])
@@ -77,7 +77,7 @@ def create_key(data: dict[str, Any], project_id: str):
 @blp.route("/projects/<project_id>/keys/<key_id>", methods=["DELETE"])
 @blp.response(204)
 def revoke_key(project_id: str, key_id: str):
-    projects.revoke_key(context().db, project_id, key_id)
+    projects.revoke_key(context().db, context().redis, project_id, key_id)
 
 
 @blp.route("/projects/<project_id>/providers", methods=["GET"])

@@ -35,7 +35,7 @@ def raise_body_limit() -> None:
 
 
 def authenticate_and_limit() -> None:
-    caller = require_project_key(context().db)
+    caller = require_project_key(context().callers.caller)
     limit(caller.project_id, caller.rate_limit_per_min)
 
 

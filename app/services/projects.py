@@ -5,11 +5,13 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import redis
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.auth import PREFIX_LENGTH, hash_key, new_key
+from app.caller_cache import forget_all
 from app.enums import KeyKind
 from app.errors import abort, uuid_or_404
 from app.models import ApiKey, Project
@@ -36,19 +38,22 @@ def get_project(db: sessionmaker[Session], project_id: str) -> Project:
         return existing_project(session, project_id)
 
 
-def update_project(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> Project:
+def update_project(db: sessionmaker[Session], client: redis.Redis, project_id: str, data: dict[str, Any]) -> Project:
+    """Change a project; its keys' remembered callers are forgotten, so channels and limits apply at once."""
     with db.begin() as session:
         project = existing_project(session, project_id)
         for name, value in data.items():
             setattr(project, name, value)
+    forget_all(client)
     return project
 
 
-def delete_project(db: sessionmaker[Session], project_id: str) -> None:
+def delete_project(db: sessionmaker[Session], client: redis.Redis, project_id: str) -> None:
     """Delete a project with everything it owns (keys, subscribers, messages, events)."""
     with db.begin() as session:
         if session.execute(delete(Project).where(Project.id == project_id)).rowcount == 0:
             abort(404, f"No project {project_id!r}.")
+    forget_all(client)
 
 
 def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyKind) -> dict[str, Any]:
@@ -70,7 +75,8 @@ def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyK
     }
 
 
-def revoke_key(db: sessionmaker[Session], project_id: str, key_id: str) -> None:
+def revoke_key(db: sessionmaker[Session], client: redis.Redis, project_id: str, key_id: str) -> None:
+    """Revoke a key; every API process refuses it from the next request on."""
     with db.begin() as session:
         revoked = session.execute(
             update(ApiKey)
@@ -83,6 +89,7 @@ def revoke_key(db: sessionmaker[Session], project_id: str, key_id: str) -> None:
         ).rowcount
     if revoked == 0:
         abort(404, f"No active key {key_id!r} in project {project_id!r}.")
+    forget_all(client)
 
 
 def existing_project(session: Session, project_id: str) -> Project:

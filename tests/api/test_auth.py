@@ -63,3 +63,18 @@ def test_another_projects_message_is_404_and_shows_nothing(client, project):
 def test_test_key_sees_the_projects_messages(project):
     message_id = project.send(email()).get_json()["id"]
     assert project.get(message_id, key=project.test_key).status_code == 200
+
+
+def test_a_project_change_applies_to_a_key_already_in_use(client, project):
+    assert project.send(email()).status_code == 202
+    changed = client.patch(f"/v1/admin/projects/{project.id}", json={"channels": ["sms"]}, headers=bearer(ADMIN_KEY))
+    assert changed.status_code == 200
+    refused = project.send(email())
+    assert refused.status_code == 422
+    assert "channel" in refused.get_json()["errors"]["json"]
+
+
+def test_a_deleted_projects_key_is_401_at_once(client, project):
+    assert project.send(email()).status_code == 202
+    assert client.delete(f"/v1/admin/projects/{project.id}", headers=bearer(ADMIN_KEY)).status_code == 204
+    assert project.send(email()).status_code == 401
