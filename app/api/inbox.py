@@ -73,7 +73,7 @@ def mine(subscriber_id: str) -> str:
 
 
 @blp.route("/subscribers/<subscriber_id>/inbox", methods=["GET"])
-@blp.arguments(InboxQuerySchema, location="query")
+@blp.arguments(InboxQuerySchema(), location="query")
 @blp.response(200, InboxPageSchema)
 def list_inbox(args: dict[str, Any], subscriber_id: str):
     """Unread first, newest first; `status=archived` lists the archive."""
