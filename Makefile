@@ -69,7 +69,7 @@ loadtest: $(STAMP) ## Locust headless: RATE tasks/s (100) for DURATION (60s); CS
 soak: $(STAMP) ## Soak: RATE sends/s (400) for DURATION (15m); figures, plot, a section in BENCHMARKS.md
 	$(BIN)/python loadtest/soak.py --rate $(or $(RATE),400) --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)
 
-ramp: $(STAMP) ## From 150/s, +50/s a minute until the backlog grows; then soak DURATION (15m) at the rate that held
+ramp: $(STAMP) ## From 150/s, +50/s a minute until the stack falls behind; then soak DURATION (15m) at the rate that held
 	$(BIN)/python loadtest/soak.py --ramp --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)
 
 bench-digest: $(STAMP) ## Time the admin digest over 100k and 10M generated messages (~25 min, ~7 GB in /tmp)

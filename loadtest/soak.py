@@ -23,8 +23,10 @@ terminal or in flight, and every one the database calls sent is in the provider'
 It writes samples.csv, soak.png and the processes' logs into loadtest/results/<run>/,
 and appends the figures to BENCHMARKS.md (unless --no-record).
 
-Ramp mode starts at 150/s and adds 50/s a minute until the backlog grows for two samples
-in a row, waits for the backlog to drain, then soaks at the highest rate that held.
+Ramp mode starts at 150/s and adds 50/s a minute until the stack falls behind for two
+samples in a row — the backlog grows, or the API accepts less than 95% of the rate — past
+each step's first 30 s (while the sends parked for a retry pile up to their new level),
+waits for the backlog to drain, then soaks at the highest rate that held.
 
 The process layout under test is set with --api-workers, --api-threads, --workers, --pool,
 --concurrency and --split-stages; --profile adds, per process, the functions of ours where
@@ -69,12 +71,16 @@ from workload import (
 )
 
 from app.enums import ACTIVE_STATUSES
+from tasks.retry import LADDER_SECONDS
 
 ACTIVE = {status.value for status in ACTIVE_STATUSES}
 AT_THE_PROVIDER = {"sent", "delivered", "bounced", "complained"}
 # The ramp calls a sample's backlog growth real above this share of the sends in the interval
 # (with a floor): noise, and retries parking for their backoff, stay below it.
 GROWTH_SHARE, GROWTH_FLOOR = 0.02, 50
+# ... and the API behind when it accepted less than this share of the rate asked: the sends
+# then wait in the load generator, where the backlog cannot see them.
+ACCEPTED_SHARE = 0.95
 DRAIN_TIMEOUT = 300.0  # seconds the ramp waits for the backlog to drain before its soak
 PEER = (
     "Peer (Node, PostgreSQL, Redis on 2 vCPU): held 200/s for 15 min (accept→provider median 0.4 s, "
@@ -125,11 +131,12 @@ class Soak:
             delivered=lambda: len(self.deliveries.first),
             target=lambda: self.rate,
             usage=Usage(self.roles),
-            on_sample=self.watch_growth,
+            on_sample=self.watch_for_lag,
         )
         self.stop = threading.Event()
-        self.growth = threading.Event()
-        self.growing = 0
+        self.behind = threading.Event()
+        self.lagging = 0
+        self.warm_until = 0.0  # wall-clock time before which the ramp's step is warming up
 
     def send_one(self) -> None:
         n = self.random.randrange(self.workload.subscribers)
@@ -188,25 +195,31 @@ class Soak:
         for recorder in recorders:
             recorder.wait()
 
-    def watch_growth(self, sample: Sample) -> None:
-        """Set `growth` once the backlog grew for two samples in a row while sending."""
+    def watch_for_lag(self, sample: Sample) -> None:
+        """Set `behind` once the stack fell behind for two samples in a row while sending —
+        the backlog grew, or the API accepted less than the rate asked — after the step's
+        warm-up: for the first retry wait, the sends parked for their retry pile up to their
+        level at the new rate, a growth that stops by itself."""
         samples = self.sampler.samples
-        if not sample.target or len(samples) < 2:
+        if not sample.target or len(samples) < 2 or sample.at < self.warm_until:
             return
         threshold = max(GROWTH_FLOOR, GROWTH_SHARE * sample.target * self.args.sample_every)
-        self.growing = self.growing + 1 if sample.backlog - samples[-2].backlog > threshold else 0
-        if self.growing >= 2:
-            self.growth.set()
+        grew = sample.backlog - samples[-2].backlog > threshold
+        lagged = sample.accepted_per_s < ACCEPTED_SHARE * sample.target
+        self.lagging = self.lagging + 1 if grew or lagged else 0
+        if self.lagging >= 2:
+            self.behind.set()
 
     def ramp(self) -> tuple[float | None, list[str]]:
-        """Step the rate up until the backlog grows: the highest rate that held (if one did), and each step's fate."""
+        """Step the rate up until the stack falls behind: the highest rate that held (if any), and each step's fate."""
         rate, held, steps = self.args.ramp_start, None, []
         while rate <= self.args.max_rate:
-            self.growth.clear()
-            self.growing = 0
-            self.send(rate, self.args.step, self.growth)
-            if self.growth.is_set():
-                steps.append(f"{rate:g}/s: backlog grew")
+            self.behind.clear()
+            self.lagging = 0
+            self.warm_until = time.time() + LADDER_SECONDS[0] * self.args.retry_delay_scale
+            self.send(rate, self.args.step, self.behind)
+            if self.behind.is_set():
+                steps.append(f"{rate:g}/s: fell behind")
                 break
             steps.append(f"{rate:g}/s held")
             held, rate = rate, rate + self.args.ramp_step

@@ -69,7 +69,7 @@ def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_h
     out = soak(migrated, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
     [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
     verdict = r"(?:sustainable rate: (\d+)/s|no rate held)"
-    steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: backlog grew; )?" + verdict, line)
+    steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: fell behind; )?" + verdict, line)
     assert steps, line
     held = re.findall(r"(\d+)/s held", steps[1])
     assert held == ["10", "15"][: len(held)]
