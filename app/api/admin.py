@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_smorest import Blueprint
-
 from app.api import context
+from app.api.blueprint import Blueprint
 from app.auth import require_admin_key
 from app.schemas import (
     DigestQuerySchema,
@@ -36,7 +35,7 @@ def authenticate() -> None:
 
 
 @blp.route("/projects", methods=["POST"])
-@blp.arguments(ProjectCreateSchema())
+@blp.arguments(ProjectCreateSchema)
 @blp.response(201, ProjectSchema)
 def create_project(data: dict[str, Any]):
     return projects.create_project(context().db, data)
@@ -55,7 +54,7 @@ def get_project(project_id: str):
 
 
 @blp.route("/projects/<project_id>", methods=["PATCH"])
-@blp.arguments(ProjectUpdateSchema())
+@blp.arguments(ProjectUpdateSchema)
 @blp.response(200, ProjectSchema)
 def update_project(data: dict[str, Any], project_id: str):
     return projects.update_project(context().db, context().redis, project_id, data)
@@ -68,7 +67,7 @@ def delete_project(project_id: str):
 
 
 @blp.route("/projects/<project_id>/keys", methods=["POST"])
-@blp.arguments(KeyCreateSchema())
+@blp.arguments(KeyCreateSchema)
 @blp.response(201, KeySchema)
 def create_key(data: dict[str, Any], project_id: str):
     return projects.create_key(context().db, project_id, data["name"], data["kind"])
@@ -96,7 +95,7 @@ def get_provider_account(project_id: str, name: str):
 
 
 @blp.route("/projects/<project_id>/providers/<name>", methods=["PUT"])
-@blp.arguments(ProviderAccountInputSchema())
+@blp.arguments(ProviderAccountInputSchema)
 @blp.response(200, ProviderAccountSchema, description="Replaced.")
 @blp.alt_response(201, schema=ProviderAccountSchema, description="Created.")
 def put_provider_account(data: dict[str, Any], project_id: str, name: str):
@@ -115,7 +114,7 @@ def delete_provider_account(project_id: str, name: str):
 
 
 @blp.route("/messages/requeue", methods=["POST"])
-@blp.arguments(RequeueSchema())
+@blp.arguments(RequeueSchema)
 @blp.response(200, RequeuedSchema)
 def requeue(criteria: dict[str, Any]):
     """Send dead letters again with fresh attempts (up to 10,000 a call)."""
@@ -131,7 +130,7 @@ def providers():
 
 
 @blp.route("/providers/<name>/pause", methods=["POST"])
-@blp.arguments(PauseSchema())
+@blp.arguments(PauseSchema)
 @blp.response(200, ProviderStateSchema)
 def pause_provider(pause: dict[str, Any], name: str):
     """Stop sending through a provider, for `seconds` or until resumed; messages wait, attempts are kept."""
@@ -148,7 +147,7 @@ def resume_provider(name: str):
 
 
 @blp.route("/digest", methods=["GET"])
-@blp.arguments(DigestQuerySchema(), location="query")
+@blp.arguments(DigestQuerySchema, location="query")
 @blp.response(200, DigestSchema)
 def get_digest(query: dict[str, Any]):
     """Counts by project, channel and status, throughput, queues, backlog, providers and dead letters."""

@@ -15,7 +15,7 @@ blp = project_blueprint("batches", __name__, description="Send one notification 
 
 
 @blp.route("/messages/batch", methods=["POST"])
-@blp.arguments(BatchSendSchema())
+@blp.arguments(BatchSendSchema)
 @blp.response(202, BatchAcceptedSchema)
 @blp.alt_response(409)
 @large_body

@@ -15,7 +15,7 @@ blp = project_blueprint("events", __name__, description="The delivery log: what 
 
 
 @blp.route("/events", methods=["GET"])
-@blp.arguments(EventQuerySchema(), location="query")
+@blp.arguments(EventQuerySchema, location="query")
 @blp.response(200, LogPageSchema)
 def list_events(filters: dict[str, Any]):
     """The project's log, newest first; `sent` entries come from the messages themselves."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from flask_smorest import Blueprint
 from sqlalchemy import text
 
 from app.api import context
+from app.api.blueprint import Blueprint
 from tasks.celery_app import celery_app
 
 logger = logging.getLogger(__name__)

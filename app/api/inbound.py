@@ -5,9 +5,9 @@ authentication, checked before anything is read."""
 from __future__ import annotations
 
 from flask import request
-from flask_smorest import Blueprint
 
 from app.api import context
+from app.api.blueprint import Blueprint
 from app.api.project import large_body, raise_body_limit
 from app.errors import any_body
 from app.schemas import InboundAnswerSchema

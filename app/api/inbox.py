@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, g, request
-from flask_smorest import Blueprint
 
 from app.api import context
+from app.api.blueprint import Blueprint
 from app.api.project import add_rate_limit_headers, authenticate_and_limit, limit
 from app.auth import Caller, bearer_token, unauthorized
 from app.enums import InboxStatus, KeyKind
@@ -73,7 +73,7 @@ def mine(subscriber_id: str) -> str:
 
 
 @blp.route("/subscribers/<subscriber_id>/inbox", methods=["GET"])
-@blp.arguments(InboxQuerySchema(), location="query")
+@blp.arguments(InboxQuerySchema, location="query")
 @blp.response(200, InboxPageSchema)
 def list_inbox(args: dict[str, Any], subscriber_id: str):
     """Unread first, newest first; `status=archived` lists the archive."""

@@ -16,7 +16,7 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 
 
 @blp.route("/messages", methods=["POST"])
-@blp.arguments(SendSchema())
+@blp.arguments(SendSchema)
 @blp.response(202, AcceptedSchema)
 @blp.alt_response(409)
 def send(data: dict[str, Any]):
@@ -35,7 +35,7 @@ def get_message(message_id: str):
 
 
 @blp.route("/messages", methods=["GET"])
-@blp.arguments(MessageQuerySchema(), location="query")
+@blp.arguments(MessageQuerySchema, location="query")
 @blp.response(200, MessagePageSchema)
 def list_messages(filters: dict[str, Any]):
     """The project's messages, newest first; `status=dead` lists the dead letters."""

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from flask import Response
-from flask_smorest import Blueprint
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from app.api import Context, context
+from app.api.blueprint import Blueprint
 from app.api.requests import request_tally
 from app.counters import RedisCounterCollector
 from app.gauges import GaugeCollector

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from flask import Response, current_app, g, request
-from flask_smorest import Blueprint
 
 from app.api import context
+from app.api.blueprint import Blueprint
 from app.auth import require_project_key
 from app.errors import View, abort
 

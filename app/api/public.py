@@ -6,9 +6,9 @@ from __future__ import annotations
 import html
 
 from flask import Response, redirect
-from flask_smorest import Blueprint
 
 from app.api import context
+from app.api.blueprint import Blueprint
 from app.enums import EventType
 from app.errors import abort, any_body
 from app.services import engagement, unsubscribe

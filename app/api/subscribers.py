@@ -27,7 +27,7 @@ blp = project_blueprint("subscribers", __name__, description="Who gets notificat
 
 
 @blp.route("/subscribers/<external_id>", methods=["PUT"])
-@blp.arguments(SubscriberSchema())
+@blp.arguments(SubscriberSchema)
 @blp.response(200, SubscriberOutSchema, description="Updated.")
 @blp.alt_response(201, schema=SubscriberOutSchema, description="Created.")
 def put_subscriber(profile: dict[str, Any], external_id: str):
@@ -52,14 +52,14 @@ def erase_subscriber(external_id: str):
 
 
 @blp.route("/subscribers", methods=["GET"])
-@blp.arguments(PageArgsSchema(), location="query")
+@blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, SubscriberPageSchema)
 def list_subscribers(args: dict[str, Any]):
     return subscribers.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
 
 
 @blp.route("/subscribers/import", methods=["POST"])
-@blp.arguments(SubscriberImportSchema())
+@blp.arguments(SubscriberImportSchema)
 @blp.response(200, ImportResultSchema)
 @large_body
 def import_subscribers(body: dict[str, Any]):
@@ -74,7 +74,7 @@ def get_preferences(external_id: str):
 
 
 @blp.route("/subscribers/<external_id>/preferences", methods=["PUT"])
-@blp.arguments(PreferencesSchema())
+@blp.arguments(PreferencesSchema)
 @blp.response(200, PreferencesSchema)
 def put_preferences(body: dict[str, Any], external_id: str):
     """Replace the subscriber's switches and quiet hours; required categories ignore them."""
@@ -82,7 +82,7 @@ def put_preferences(body: dict[str, Any], external_id: str):
 
 
 @blp.route("/subscribers/<external_id>/token", methods=["POST"])
-@blp.arguments(SubscriberTokenRequestSchema())
+@blp.arguments(SubscriberTokenRequestSchema)
 @blp.response(200, SubscriberTokenSchema)
 def mint_subscriber_token(body: dict[str, Any], external_id: str):
     """A short-lived token for this subscriber's browser: its inbox and inbox stream, nothing else."""

@@ -20,7 +20,7 @@ blp = project_blueprint("suppressions", __name__, description="Addresses that mu
 
 
 @blp.route("/suppressions", methods=["POST"])
-@blp.arguments(SuppressionCreateSchema())
+@blp.arguments(SuppressionCreateSchema)
 @blp.response(201, SuppressionSchema, description="Created.")
 @blp.alt_response(200, schema=SuppressionSchema, description="Updated: new reason and expiry.")
 def add_suppression(data: dict[str, Any]):
@@ -29,7 +29,7 @@ def add_suppression(data: dict[str, Any]):
 
 
 @blp.route("/suppressions", methods=["GET"])
-@blp.arguments(SuppressionListArgsSchema(), location="query")
+@blp.arguments(SuppressionListArgsSchema, location="query")
 @blp.response(200, SuppressionPageSchema)
 def list_suppressions(args: dict[str, Any]):
     return suppressions.list_page(

@@ -24,7 +24,7 @@ blp = project_blueprint("templates", __name__, description="Versioned, sandboxed
 
 
 @blp.route("/templates", methods=["POST"])
-@blp.arguments(TemplateCreateSchema())
+@blp.arguments(TemplateCreateSchema)
 @blp.response(201, TemplateSchema)
 @blp.alt_response(409)
 def create_template(data: dict[str, Any]):
@@ -33,7 +33,7 @@ def create_template(data: dict[str, Any]):
 
 
 @blp.route("/templates/<key>", methods=["PUT"])
-@blp.arguments(TemplateUpdateSchema())
+@blp.arguments(TemplateUpdateSchema)
 @blp.response(200, TemplateSchema)
 @blp.alt_response(409)
 def update_template(data: dict[str, Any], key: str):
@@ -42,7 +42,7 @@ def update_template(data: dict[str, Any], key: str):
 
 
 @blp.route("/templates/<key>", methods=["GET"])
-@blp.arguments(TemplateGetArgsSchema(), location="query")
+@blp.arguments(TemplateGetArgsSchema, location="query")
 @blp.response(200, TemplateSchema)
 def get_template(args: dict[str, Any], key: str):
     """The latest version, or `?version=`; `?locale=` picks a variant (with fallback)."""
@@ -50,7 +50,7 @@ def get_template(args: dict[str, Any], key: str):
 
 
 @blp.route("/templates", methods=["GET"])
-@blp.arguments(PageArgsSchema(), location="query")
+@blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, TemplatePageSchema)
 def list_templates(args: dict[str, Any]):
     """The latest version of every template, by key."""
@@ -58,7 +58,7 @@ def list_templates(args: dict[str, Any]):
 
 
 @blp.route("/templates/<key>/preview", methods=["POST"])
-@blp.arguments(PreviewSchema())
+@blp.arguments(PreviewSchema)
 @blp.response(200, PreviewOutSchema)
 def preview_template(body: dict[str, Any], key: str):
     """Render with `data` as a send would; SMS answers its length and segment count too."""

@@ -24,7 +24,7 @@ blp = project_blueprint("webhooks", __name__, description="Signed webhooks (Stan
 
 
 @blp.route("/webhooks", methods=["POST"])
-@blp.arguments(WebhookEndpointCreateSchema())
+@blp.arguments(WebhookEndpointCreateSchema)
 @blp.response(201, WebhookEndpointSchema)
 def create_endpoint(data: dict[str, Any]):
     """A new endpoint; its `secret` (whsec_…) is in this answer only."""
@@ -32,7 +32,7 @@ def create_endpoint(data: dict[str, Any]):
 
 
 @blp.route("/webhooks", methods=["GET"])
-@blp.arguments(PageArgsSchema(), location="query")
+@blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, WebhookEndpointPageSchema)
 def list_endpoints(args: dict[str, Any]):
     return webhooks.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
@@ -45,7 +45,7 @@ def get_endpoint(endpoint_id: str):
 
 
 @blp.route("/webhooks/<endpoint_id>", methods=["PATCH"])
-@blp.arguments(WebhookEndpointUpdateSchema())
+@blp.arguments(WebhookEndpointUpdateSchema)
 @blp.response(200, WebhookEndpointSchema)
 def change_endpoint(data: dict[str, Any], endpoint_id: str):
     """Change the URL, filters or batching; `enabled: true` re-enables a disabled endpoint."""
@@ -66,7 +66,7 @@ def rotate_secret(endpoint_id: str):
 
 
 @blp.route("/webhooks/<endpoint_id>/deliveries", methods=["GET"])
-@blp.arguments(DeliveryQuerySchema(), location="query")
+@blp.arguments(DeliveryQuerySchema, location="query")
 @blp.response(200, DeliveryPageSchema)
 def list_deliveries(args: dict[str, Any], endpoint_id: str):
     """Deliveries newest first, with every attempt: status code, error, response, duration."""
