@@ -55,7 +55,7 @@ from pacer import LATE_AFTER, Pacer, late_starts
 from report import append_section
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
-from timeline import Sample, Sampler, active_counts, backlog, plot, write_csv
+from timeline import Sample, Sampler, active_counts, backlog, fell_behind, plot, write_csv
 from usage import Usage
 from workload import (
     POSTMARK_WEBHOOK_PASSWORD,
@@ -75,12 +75,6 @@ from tasks.retry import LADDER_SECONDS
 
 ACTIVE = {status.value for status in ACTIVE_STATUSES}
 AT_THE_PROVIDER = {"sent", "delivered", "bounced", "complained"}
-# The ramp calls a sample's backlog growth real above this share of the sends in the interval
-# (with a floor): noise, and retries parking for their backoff, stay below it.
-GROWTH_SHARE, GROWTH_FLOOR = 0.02, 50
-# ... and the API behind when it accepted less than this share of the rate asked: the sends
-# then wait in the load generator, where the backlog cannot see them.
-ACCEPTED_SHARE = 0.95
 DRAIN_TIMEOUT = 300.0  # seconds the ramp waits for the backlog to drain before its soak
 PEER = (
     "Peer (Node, PostgreSQL, Redis on 2 vCPU): held 200/s for 15 min (accept→provider median 0.4 s, "
@@ -203,10 +197,7 @@ class Soak:
         samples = self.sampler.samples
         if not sample.target or len(samples) < 2 or sample.at < self.warm_until:
             return
-        threshold = max(GROWTH_FLOOR, GROWTH_SHARE * sample.target * self.args.sample_every)
-        grew = sample.backlog - samples[-2].backlog > threshold
-        lagged = sample.accepted_per_s < ACCEPTED_SHARE * sample.target
-        self.lagging = self.lagging + 1 if grew or lagged else 0
+        self.lagging = self.lagging + 1 if fell_behind(samples[-2], sample, self.args.sample_every) else 0
         if self.lagging >= 2:
             self.behind.set()
 

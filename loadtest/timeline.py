@@ -21,6 +21,12 @@ from usage import RoleUsage, Usage
 from app.enums import ACTIVE_STATUSES, MessageStatus
 
 WAITING = [status.value for status in ACTIVE_STATUSES if status is not MessageStatus.SENDING]
+# Backlog growth counts above this share of the sends in the interval (with a floor): noise,
+# and retries parking for their backoff, stay below it.
+GROWTH_SHARE, GROWTH_FLOOR = 0.02, 50
+# The API is behind when it accepted less than this share of the rate asked: the sends then
+# wait in the load generator, where the backlog cannot see them.
+ACCEPTED_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,14 @@ class Sample:
     backlog: int
     sending: int
     usage: dict[str, RoleUsage]
+
+
+def fell_behind(previous: Sample, sample: Sample, sample_every: float) -> bool:
+    """Whether `sample`, taken while sending, shows the stack behind the rate asked: the
+    backlog grew since `previous`, or the API accepted less than it was sent."""
+    threshold = max(GROWTH_FLOOR, GROWTH_SHARE * sample.target * sample_every)
+    grew = sample.backlog - previous.backlog > threshold
+    return grew or sample.accepted_per_s < ACCEPTED_SHARE * sample.target
 
 
 def active_counts(db: sessionmaker[Session], project_id: str) -> dict[str, int]:
