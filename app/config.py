@@ -33,7 +33,7 @@ MAX_PREPARE_LINGER_MS = 10_000
 
 @dataclass(frozen=True)
 class BreakerPolicy:
-    """When a provider's circuit opens, and for how long (tasks/breaker.py).
+    """When a provider's circuit opens, and for how long (app/delivery/breaker.py).
 
     It opens after `failures` batches in a row failed transiently, or when at least
     `error_rate` of the messages sent in the last `window` seconds did (once there were
@@ -82,7 +82,7 @@ class Settings:
     stream_heartbeat: float = 15.0
     api_threads: int = 32
     # Seconds an accepted single send may wait for others to share its prepare task
-    # (app/coalescer.py); a send after a quiet spell does not wait at all.
+    # (app/delivery/coalescer.py); a send after a quiet spell does not wait at all.
     prepare_linger: float = 0.05
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -141,6 +141,22 @@ class Settings:
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             environ=env,
         )
+
+
+_current: Settings | None = None
+
+
+def use_settings(settings: Settings) -> Settings:
+    """Make `settings` this process's own. Each entry point (API, worker, SMTP, CLI) calls it
+    once, through the broker's configure, before any code asks for current_settings()."""
+    global _current
+    _current = settings
+    return settings
+
+
+def current_settings() -> Settings:
+    """The settings this process runs with, read from the environment if no entry point chose them."""
+    return _current if _current is not None else use_settings(Settings.from_env())
 
 
 def _public_url(env: Mapping[str, str]) -> str:

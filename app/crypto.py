@@ -2,7 +2,7 @@
 
 A database dump alone then reveals no webhook signing secret. The key is derived with
 HKDF rather than used as is, so the same TIDINGS_SECRET_KEY can also sign tokens
-(app.tokens) without one use weakening the other.
+(app.content.tokens) without one use weakening the other.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tasks.celery_app import settings
+from app.config import current_settings
 
 
 @cache
@@ -26,9 +26,9 @@ def _fernet(secret_key: str) -> Fernet:
 
 
 def encrypt(text: str) -> str:
-    return _fernet(settings().secret_key).encrypt(text.encode()).decode()
+    return _fernet(current_settings().secret_key).encrypt(text.encode()).decode()
 
 
 def decrypt(token: str) -> str:
     """Raises cryptography.fernet.InvalidToken when the key changed or the token was altered."""
-    return _fernet(settings().secret_key).decrypt(token.encode()).decode()
+    return _fernet(current_settings().secret_key).decrypt(token.encode()).decode()

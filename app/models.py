@@ -277,7 +277,7 @@ class Template(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     channel: Mapped[Channel] = mapped_column(_enum(Channel))
     default_locale: Mapped[str] = mapped_column(String(35))
-    # locale → {field: source}; fields per channel as in app.rendering.FIELDS.
+    # locale → {field: source}; fields per channel as in app.content.rendering.FIELDS.
     variants: Mapped[dict[str, Any]]
     # Email only: {"opens": bool, "clicks": bool} overriding the project's tracking switches.
     tracking: Mapped[dict[str, Any] | None]

@@ -17,10 +17,11 @@ from typing import Any
 from flask import Flask, request
 from sqlalchemy import text
 
-from app import server
 from app.config import Settings
 from app.db import engine_for
-from tasks.celery_app import celery_app, configure
+from app.delivery.broker import celery_app
+from app.runtime import server
+from tasks.celery_app import configure
 
 TABLE = "bare_messages"
 QUEUE = "bare"

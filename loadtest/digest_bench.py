@@ -24,11 +24,11 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from app import migrate
 from app.api import create_app
 from app.config import Settings
-from app.embedded import EmbeddedRedis, start_postgres
-from tasks.rollup import compact, fold
+from app.observability.rollup import compact, fold
+from app.runtime import migrate
+from app.runtime.embedded import EmbeddedRedis, start_postgres
 
 ADMIN_KEY = "bench-admin-key-0123456789"
 CHUNK = 250_000

@@ -45,14 +45,15 @@ from peak_rss import PeakRss, postgres_pid, redis_pid
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
 
-from app import migrate
 from app.config import Settings, database_url_from_env
 from app.db import session_factory, session_scope
+from app.delivery.queues import all_queues
 from app.enums import KeyKind
 from app.redis_client import redis_for
+from app.runtime import migrate
 from app.services import projects
 from tasks import maintenance
-from tasks.celery_app import all_queues, configure
+from tasks.celery_app import configure
 
 # Provider modes: what LOG_PROVIDER_MAX_BATCH is, and how the report names it.
 MODES = {"batch": ("100", "log provider, 100 messages per call"), "single": ("1", "log provider, one message per call")}

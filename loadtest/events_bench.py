@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import migrate
+from app.runtime import migrate
 from app.services.events import LogQuery, log_sql
 
 BIG, DB = "bench-big", "tidings_events_bench"
@@ -213,7 +213,7 @@ def main() -> None:
     base = os.environ.get("DATABASE_URL")
     server = None
     if not base:
-        from app.embedded import start_postgres
+        from app.runtime.embedded import start_postgres
 
         server = start_postgres(args.data_dir or Path(tempfile.mkdtemp(prefix="events-bench-")))
         base = server.get_uri()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from app.embedded import EmbeddedRedis, free_port, start_postgres
+from app.runtime.embedded import EmbeddedRedis, free_port, start_postgres
 
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
@@ -82,7 +82,7 @@ def describe_layout(layout: str) -> str:
 
 def role(name: str, *args: str) -> list[str]:
     """The command line of one `tidings` role, run by this interpreter."""
-    return [sys.executable, "-m", "app.cli", name, *args]
+    return [sys.executable, "-m", "app.runtime.cli", name, *args]
 
 
 class Processes:

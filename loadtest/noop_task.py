@@ -9,7 +9,7 @@ layout is up before any takes a task, then tells them all at once to consume QUE
 
 from __future__ import annotations
 
-from tasks.celery_app import celery_app
+from app.delivery.broker import celery_app
 
 QUEUE = "noop"
 IDLE_QUEUE = "noop.idle"

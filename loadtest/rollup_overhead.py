@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from app import migrate
-from app.embedded import start_postgres
+from app.runtime import migrate
+from app.runtime.embedded import start_postgres
 
 STATEMENTS = {
     "INSERT 10,000 rows (batch API)": """

@@ -41,14 +41,14 @@ from harness import LAYOUTS, Processes, bench_env, describe_layout, servers
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
 
-from app import migrate
 from app.config import Settings
 from app.db import session_factory
+from app.delivery.queues import all_queues, prepare_queue
 from app.enums import KeyKind, Priority
 from app.redis_client import redis_for
+from app.runtime import migrate
 from app.services import projects
-from tasks.celery_app import all_queues, configure
-from tasks.queues import prepare_queue
+from tasks.celery_app import configure
 
 API_WORKERS = 2
 WARM_UP = 5  # requests per client before the clock starts: connections, pools, caches

@@ -36,12 +36,12 @@ import psutil
 from harness import servers
 from sqlalchemy import text
 
-from app import migrate
 from app.config import database_url_from_env
 from app.db import session_factory
-from app.embedded import free_port
 from app.enums import KeyKind
 from app.redis_client import redis_for
+from app.runtime import migrate
+from app.runtime.embedded import free_port
 from app.services import projects
 
 GO_RELAY_CPU_MICROSECONDS = 22  # the Go relay's CPU time per SMTP message, for comparison
@@ -93,7 +93,7 @@ def smtp_server(env: dict[str, str], tls: ssl.SSLContext | None, cert_env: dict[
         "TIDINGS_SMTP_TLS_PORT": str(free_port()),
         **(cert_env if tls else {"TIDINGS_SMTP_PLAINTEXT_AUTH": "true"}),
     }
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "smtp"], env=child_env)
+    process = subprocess.Popen([sys.executable, "-m", "app.runtime.cli", "smtp"], env=child_env)
     try:
         wait_until_listening(process, port)
         yield process, port

@@ -70,8 +70,8 @@ from workload import (
     subscriber_id,
 )
 
+from app.delivery.retry import LADDER_SECONDS
 from app.enums import ACTIVE_STATUSES
-from tasks.retry import LADDER_SECONDS
 
 ACTIVE = {status.value for status in ACTIVE_STATUSES}
 AT_THE_PROVIDER = {"sent", "delivered", "bounced", "complained"}

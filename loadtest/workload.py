@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.faults.sta
 from harness import servers
 from usage import Role
 
-from app import migrate
-from app.audience_schemas import TemplateCreateSchema
 from app.config import Settings, database_url_from_env
 from app.db import session_factory
+from app.delivery.queues import all_queues
 from app.enums import KeyKind
 from app.redis_client import redis_for
+from app.runtime import migrate
+from app.schemas.audience import TemplateCreateSchema
 from app.services import projects, subscribers, templates
-from tasks.celery_app import all_queues
 from tests.faults.stack import FAST_RECOVERY, Stack
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -36,7 +36,7 @@ def max_batch_from(env: Mapping[str, str]) -> int:
 class LogProvider:
     name: ClassVar[str] = "log"
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
-    # Read when the class is defined rather than in from_env: tasks.dispatch sizes deliver
+    # Read when the class is defined rather than in from_env: app.delivery.dispatch sizes deliver
     # tasks by the class's max_batch, in processes (a prepare-only worker, beat) that never
     # build the adapter.
     max_batch: ClassVar[int] = max_batch_from(os.environ)

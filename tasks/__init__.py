@@ -1,1 +1,1 @@
-"""Celery tasks: the delivery pipeline (prepare → deliver) and its beat work."""
+"""The workers: Celery tasks of the pipeline (prepare → deliver) and beat, and the steps only they take."""

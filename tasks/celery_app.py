@@ -1,8 +1,9 @@
-"""The Celery application, configured for at-least-once delivery.
+"""The workers' side of the Celery application: its tasks, how a worker runs them, beat's schedule.
 
 Tasks carry ids only and every stage re-checks row status, so a message delivered twice
 by the broker does no harm; what must never happen is a message silently dropped. Hence
-late acknowledgement, re-queue on a lost worker, JSON only and no result backend.
+late acknowledgement and re-queue on a lost worker. The application object itself, with
+the broker and the wire format every publisher shares, is app/delivery/broker.py's.
 """
 
 from __future__ import annotations
@@ -11,23 +12,15 @@ from celery import Celery
 from celery.schedules import crontab
 from celery.signals import worker_process_init
 
-from app import logs  # noqa: F401 - connects the signal handlers that carry the request id
-from app.config import Settings
+from app.config import Settings, current_settings
 from app.db import engine_for
-from tasks.queues import BEAT_QUEUE, worker_queues
+from app.delivery import broker
+from app.delivery.broker import celery_app
+from app.delivery.queues import BEAT_QUEUE
+from app.observability import logs  # noqa: F401 - connects the signal handlers that carry the request id
+from tasks import backlog, deliver, maintenance, prepare, retention, rollup, webhooks  # noqa: F401 - registers them
 
-celery_app = Celery(
-    "tidings",
-    include=[
-        "tasks.prepare",
-        "tasks.deliver",
-        "tasks.maintenance",
-        "tasks.webhooks",
-        "tasks.backlog",
-        "tasks.rollup",
-        "tasks.retention",
-    ],
-)
+__all__ = ["BEAT_TASKS", "celery_app", "configure"]
 
 # The periodic tasks; they run on the beat queue, away from the delivery lanes.
 BEAT_TASKS = (
@@ -39,34 +32,15 @@ BEAT_TASKS = (
     "tidings.webhooks.release",
 )
 
-_settings: Settings | None = None
-
 
 def configure(settings: Settings) -> Celery:
-    """Point the app at the broker and remember the settings for the tasks."""
-    global _settings
-    _settings = settings
-    transport_options = {
-        # Longer than any countdown we use, or Redis re-delivers the waiting message.
-        "visibility_timeout": settings.visibility_timeout,
-        "queue_order_strategy": "priority",
-        "socket_connect_timeout": 2,
-        "socket_timeout": 5,
-    }
+    """Configure the broker side (app/delivery/broker.py), then how workers and beat run."""
+    broker.configure(settings)
     celery_app.conf.update(
-        broker_url=settings.broker_url,
-        broker_transport_options=transport_options,
-        broker_connection_retry_on_startup=True,
-        broker_connection_timeout=2,
-        result_backend=None,
-        task_ignore_result=True,
-        task_serializer="json",
-        accept_content=["json"],
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_time_limit=300,
         task_soft_time_limit=240,
-        task_default_queue=BEAT_QUEUE,
         task_routes={name: BEAT_QUEUE for name in BEAT_TASKS},
         # One task per pool slot: a prefetched bulk task would make a transactional one
         # wait behind it, defeating the priority lanes.
@@ -85,31 +59,11 @@ def configure(settings: Settings) -> Celery:
             # Nightly, at a quiet hour; each run is bounded in time (tasks/retention.py).
             "purge": {"task": "tidings.purge", "schedule": crontab(hour=3, minute=17)},
         },
-        timezone="UTC",
     )
     return celery_app
-
-
-def settings() -> Settings:
-    """The settings of this process, read from the environment on first use."""
-    if _settings is None:
-        configure(Settings.from_env())
-    assert _settings is not None
-    return _settings
-
-
-def active_providers(settings: Settings) -> list[str]:
-    """Providers this deployment routes to: every one of every channel's failover chain
-    (traffic may move to any of them), and `log` for test keys."""
-    return sorted(settings.chained_providers | {"log"})
-
-
-def all_queues(settings: Settings) -> list[str]:
-    return worker_queues(active_providers(settings))
 
 
 @worker_process_init.connect
 def _fresh_connections_after_fork(**_: object) -> None:
     """A forked pool child must not share its parent's database sockets."""
-    if _settings is not None:
-        engine_for(_settings.database_url).dispose(close=False)
+    engine_for(current_settings().database_url).dispose(close=False)

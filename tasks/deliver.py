@@ -12,18 +12,19 @@ from collections.abc import Mapping, Sequence
 import redis
 from sqlalchemy import Row
 
-from app.config import MAX_COUNTDOWN, Settings
-from app.counters import increment
+from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
+from app.delivery import adapters, dispatch, fanout, store
+from app.delivery.breaker import CircuitBreakers
+from app.delivery.broker import celery_app
+from app.delivery.pacing import ProviderPacer
+from app.delivery.pauses import ProviderPauses
 from app.enums import Priority
+from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import adapters, attachments, dispatch, failover, fanout, follow_ups, instrument, store
-from tasks.breaker import CircuitBreakers
-from tasks.celery_app import celery_app, settings
+from tasks import attachments, failover, follow_ups, instrument
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
-from tasks.pacing import ProviderPacer
-from tasks.pauses import ProviderPauses
 from tasks.shutdown import stopping
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     their channel. The database session is closed during the provider call, so a slow
     provider holds no connection and no row lock.
     """
-    config = settings()
+    config = current_settings()
     client = redis_for(config.redis_url)
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import redis
 
 from app.config import Settings
-from app.counters import increment
 from app.db import enqueue_after_commit, session_scope
+from app.delivery import dispatch, store
+from app.delivery.breaker import CircuitBreakers
 from app.enums import Channel, CircuitState
-from tasks import dispatch, routing, store
-from tasks.breaker import CircuitBreakers
+from app.observability.counters import increment
+from tasks import routing
 
 
 @dataclass(frozen=True)

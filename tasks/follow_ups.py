@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
+from app.delivery import store
 from app.enums import Channel, SuppressionReason
 from app.services.suppressions import NewSuppression, suppress_all
 from providers.base import Outcome, SendResult
-from tasks import store
 
 SUPPRESSED = "suppressed"
 TOKEN_REMOVED = "token_removed"

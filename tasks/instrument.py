@@ -12,18 +12,15 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import redis
 from sqlalchemy import Row
 
-from app import throughput
-from app.counters import Tally, send
+from app.delivery import store
+from app.delivery.prepare_store import Plan
 from app.enums import MessageStatus
-from tasks import store
-
-if TYPE_CHECKING:
-    from tasks.prepare import Plan
+from app.observability import throughput
+from app.observability.counters import Tally, send
 
 logger = logging.getLogger(__name__)
 

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.counters import increment
+from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
+from app.delivery import dispatch, store
+from app.delivery.adapters import provider_instance
+from app.delivery.broker import celery_app
+from app.delivery.queues import active_providers
 from app.enums import EventType
+from app.observability.counters import increment
 from app.redis_client import redis_for
-from tasks import dispatch, store
-from tasks.adapters import provider_instance
-from tasks.celery_app import active_providers, celery_app, settings
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def release_due() -> dict[str, int]:
     A scheduled message is due at its quiet-hours release (`next_attempt_at`) when it was
     held, else at the time the client asked for.
     """
-    with session_scope(settings().database_url) as session:
+    with session_scope(current_settings().database_url) as session:
         scheduled = session.execute(
             text(
                 """
@@ -82,7 +83,7 @@ def sweep() -> dict[str, int]:
     provider de-duplicates on our message id, sending again is safe and the message goes
     back to `ready`; elsewhere it becomes `unknown` rather than risk a second delivery.
     """
-    config = settings()
+    config = current_settings()
     with session_scope(config.database_url) as session:
         stalled = session.execute(
             text(

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings
+from app.delivery import store
+from app.delivery.retry import backoff
 from app.enums import Channel, EventType, MessageStatus
 from providers.base import Outcome, SendResult
-from tasks import store
-from tasks.retry import backoff
 
 # Outcomes that concern the provider rather than the message: stop, pause, keep the attempt.
 PROVIDER_WIDE = (Outcome.RATE_LIMITED, Outcome.CONFIGURATION)

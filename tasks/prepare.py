@@ -1,7 +1,7 @@
 """Prepare: decide who gets each accepted message and in which words, then route it.
 
 For a batch of up to 500 ids, a fixed number of statements whatever the batch size
-(tasks/prepare_store.py): load messages with subscribers, preferences and project
+(app/delivery/prepare_store.py): load messages with subscribers, preferences and project
 settings; load the pinned template versions; load matching suppressions; then in memory,
 per message, in this order:
 
@@ -17,7 +17,7 @@ per message, in this order:
                                         of its channel whose circuit is not open (one Redis
                                         read per batch, tasks/routing.py); emails gain open
                                         and click tracking and List-Unsubscribe as their
-                                        project and template say (app.tracking).
+                                        project and template say (app.content.tracking).
 
 Rendering comes last so that messages that will not go are never rendered.
 """
@@ -26,47 +26,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from app.addresses import normalise_address
+from app.config import current_settings
+from app.content.addresses import normalise_address
+from app.content.rendering import RenderError, as_content, render_version
+from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
 from app.db import enqueue_after_commit, session_scope
+from app.delivery import dispatch, fanout, prepare_store, store
+from app.delivery.breaker import CircuitBreakers
+from app.delivery.broker import celery_app
+from app.delivery.policy import ProjectRules, held_until, opted_out
+from app.delivery.prepare_store import Plan, Rendered
 from app.enums import Channel, EventType, MessageStatus
-from app.policy import ProjectRules, held_until, opted_out
 from app.redis_client import redis_for
-from app.rendering import RenderError, as_content, render_version
-from app.tracking import extras_for, tracked_html, unsubscribe_headers
-from tasks import dispatch, fanout, instrument, prepare_store, routing, store
-from tasks.breaker import CircuitBreakers
-from tasks.celery_app import celery_app, settings
-from tasks.prepare_store import Closed, Rendered
-
-
-@dataclass
-class Plan:
-    """What prepare decided for a batch, gathered so each outcome is written in one statement."""
-
-    closed: list[Closed] = field(default_factory=list)
-    held: list[tuple[str, datetime]] = field(default_factory=list)
-    rendered: list[Rendered] = field(default_factory=list)
-    ready: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, provider, priority, address
-    inbox: list[tuple[str, str]] = field(default_factory=list)  # id, subscriber id
-    events: list[store.NewEvent] = field(default_factory=list)
-
-    def close(self, row: Row, status: MessageStatus, event: EventType, data: dict[str, Any]) -> None:
-        error = data["reason"] if status is MessageStatus.FAILED else None
-        self.closed.append(Closed(row.id, status, error))
-        self.events.append(store.NewEvent(row.id, row.project_id, event, data))
+from tasks import instrument, routing
 
 
 @celery_app.task(name="tidings.prepare")
 def prepare(ids: list[str]) -> None:
     """Decide every accepted message of the batch and hand the sendable ones to deliver."""
-    config = settings()
+    config = current_settings()
     with session_scope(config.database_url) as session:
         rows = prepare_store.load(session, ids)
         if not rows:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from app.counters import Tally
+from app.config import current_settings
 from app.db import session_factory
+from app.delivery.broker import celery_app
+from app.delivery.retention import purge
+from app.observability.counters import Tally
 from app.redis_client import redis_for
-from app.retention import purge
-from tasks.celery_app import celery_app, settings
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +19,7 @@ MAX_SECONDS = 200
 
 @celery_app.task(name="tidings.purge", soft_time_limit=MAX_SECONDS + 30, time_limit=MAX_SECONDS + 60)
 def purge_expired() -> dict[str, int]:
-    config = settings()
+    config = current_settings()
     report = purge(session_factory(config.database_url), max_seconds=MAX_SECONDS)
     tally = Tally()
     for project, deleted in report.deleted.items():

@@ -1,6 +1,6 @@
 """Which provider a channel's messages go to, given each provider's circuit breaker.
 
-Pure functions over the chains (configuration) and the circuits (tasks/breaker.py), so the
+Pure functions over the chains (configuration) and the circuits (app/delivery/breaker.py), so the
 rules read in one place: prepare sends new messages to the first provider of the chain whose
 circuit is not open (a half-open one gets them so that its probe has something to send);
 deliver hands messages an open circuit refuses to the first *closed* one, so two recovering
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from app.delivery.breaker import CLOSED, Circuit
 from app.enums import Channel, CircuitState
-from tasks.breaker import CLOSED, Circuit
 
 
 def choose(chains: Mapping[Channel, Sequence[str]], circuits: Mapping[str, Circuit]) -> dict[Channel, str]:

@@ -22,8 +22,8 @@ from typing import Any
 import redis
 from celery.signals import worker_init, worker_process_init, worker_shutting_down
 
+from app.config import current_settings
 from app.redis_client import redis_for
-from tasks.celery_app import settings
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _flag(pid: int) -> str:
 def _clear_stale_flag(**_: Any) -> None:
     """A restarted container often has the same host name and pid as the worker before it."""
     try:
-        redis_for(settings().redis_url).delete(_flag(os.getpid()))
+        redis_for(current_settings().redis_url).delete(_flag(os.getpid()))
     except redis.RedisError as error:
         logger.warning("could not clear a stale stop flag: %s", error)
 
@@ -52,7 +52,7 @@ def _clear_stale_flag(**_: Any) -> None:
 def _stop_sending(**_: Any) -> None:
     STOPPING.set()
     try:
-        redis_for(settings().redis_url).set(_flag(os.getpid()), "1", ex=FLAG_SECONDS)
+        redis_for(current_settings().redis_url).set(_flag(os.getpid()), "1", ex=FLAG_SECONDS)
     except redis.RedisError as error:
         logger.warning("could not tell pool children to stop sending: %s", error)
 
@@ -70,6 +70,6 @@ def stopping() -> bool:
     if not _pool_child:
         return False
     try:
-        return bool(redis_for(settings().redis_url).exists(_flag(os.getppid())))
+        return bool(redis_for(current_settings().redis_url).exists(_flag(os.getppid())))
     except redis.RedisError:
         return False

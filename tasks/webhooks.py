@@ -21,15 +21,15 @@ from datetime import UTC, datetime, timedelta
 import requests
 from sqlalchemy import Row
 
-from app.config import MAX_COUNTDOWN, Settings
+from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import decrypt
 from app.db import enqueue_after_commit, session_scope
+from app.delivery import dispatch, store, webhook_store
+from app.delivery.broker import celery_app
+from app.delivery.webhook_store import Attempt, Settled
 from app.enums import EventType, WebhookDeliveryStatus
 from providers import signing
 from providers.webhook import RefusedTarget, guarded_session, signed_headers
-from tasks import dispatch, store, webhook_store
-from tasks.celery_app import celery_app, settings
-from tasks.webhook_store import Attempt, Settled
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -44,7 +44,7 @@ RELEASE_BATCH = 5000
 
 @celery_app.task(name="tidings.webhooks.deliver")
 def deliver_webhooks(ids: list[str]) -> None:
-    config = settings()
+    config = current_settings()
     with session_scope(config.database_url) as session:
         claimed = webhook_store.claim(session, ids)
     if not claimed:
@@ -66,16 +66,12 @@ def deliver_webhooks(ids: list[str]) -> None:
 @celery_app.task(name="tidings.webhooks.release")
 def release_webhooks() -> int:
     """Dispatch deliveries whose wait is over and reclaim those a dead worker held."""
-    config = settings()
+    config = current_settings()
     with session_scope(config.database_url) as session:
         due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, config.claim_timeout, RELEASE_BATCH)
         for signature in dispatch.webhooks(due):
             enqueue_after_commit(session, signature)
     return len(due)
-
-
-def webhook_id(delivery_id: str) -> str:
-    return "msg_" + delivery_id.replace("-", "")
 
 
 _local = threading.local()
@@ -96,7 +92,7 @@ def post(row: Row, config: Settings) -> Attempt:
     keys = [
         signing.secret_key(decrypt(secret), "webhook secret") for secret in (row.secret, row.previous_secret) if secret
     ]
-    headers = signed_headers(webhook_id(row.id), body, keys)
+    headers = signed_headers(webhook_store.webhook_id(row.id), body, keys)
     started = time.monotonic()
 
     def done(**result: object) -> Attempt:

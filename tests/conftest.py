@@ -23,14 +23,16 @@ from flask.testing import FlaskClient
 from sqlalchemy import create_engine, text
 from werkzeug.serving import make_server
 
-from app import migrate
 from app.api import create_app
 from app.config import Settings
-from app.embedded import EmbeddedRedis, start_postgres
+from app.delivery import adapters
+from app.delivery.breaker import CircuitBreakers
+from app.delivery.broker import celery_app
+from app.delivery.queues import all_queues
+from app.runtime import migrate
+from app.runtime.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
-from tasks import adapters
-from tasks.breaker import CircuitBreakers
-from tasks.celery_app import all_queues, celery_app, configure
+from tasks.celery_app import configure
 from tests.provider_server import FakeProviderServer
 
 ADMIN_KEY = "test-admin-key-0123456789"

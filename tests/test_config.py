@@ -125,7 +125,7 @@ def test_bad_settings_name_the_setting(change, message):
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "app.runtime.cli", *args],
         env={**environ, **env},
         capture_output=True,
         text=True,

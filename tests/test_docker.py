@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.cli import main
+from app.runtime.cli import main
 from tasks.backlog import measure_backlog
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from app.migrate import alembic_config
+from app.runtime.migrate import alembic_config
 
 
 def test_one_head(migrated):

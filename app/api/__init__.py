@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from flask import Flask
 
-import redis
-from flask import Flask, current_app
-from sqlalchemy.orm import Session, sessionmaker
-
-from app.caller_cache import CallerCache
+from app.access.caller_cache import CallerCache
+from app.access.ratelimit import ApiRateLimiter
+from app.api.context import Context
 from app.config import Settings
 from app.db import session_factory
+from app.delivery import broker
 from app.errors import TidingsApi, install
-from app.ratelimit import ApiRateLimiter
+from app.observability.streams import Hub
 from app.redis_client import redis_for
-from app.streams import Hub
-from tasks import celery_app as celery
 
 MAX_BODY_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Context:
-    """What handlers need from the process: settings, database, Redis."""
-
-    settings: Settings
-    db: sessionmaker[Session]
-    redis: redis.Redis
-    limiter: ApiRateLimiter
-    hub: Hub
-    callers: CallerCache
-
-
-def context() -> Context:
-    return current_app.extensions["tidings"]
 
 
 def create_app(settings: Settings) -> Flask:
@@ -54,7 +35,7 @@ def create_app(settings: Settings) -> Flask:
         webhooks,
     )
 
-    celery.configure(settings)
+    broker.configure(settings)
     app = Flask("tidings")
     app.config.update(
         API_TITLE="Tidings",

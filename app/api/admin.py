@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api import context
+from app.access.auth import require_admin_key
 from app.api.blueprint import Blueprint
-from app.auth import require_admin_key
-from app.schemas import (
+from app.api.context import context
+from app.schemas.core import (
     DigestQuerySchema,
     DigestSchema,
     KeyCreateSchema,

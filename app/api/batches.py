@@ -6,9 +6,10 @@ from typing import Any
 
 from flask import g
 
-from app.api import context, idempotency
+from app.api import idempotency
+from app.api.context import context
 from app.api.project import large_body, project_blueprint
-from app.batch_schemas import BatchAcceptedSchema, BatchSchema, BatchSendSchema
+from app.schemas.batches import BatchAcceptedSchema, BatchSchema, BatchSendSchema
 from app.services import batches
 
 blp = project_blueprint("batches", __name__, description="Send one notification to many recipients at once.")

@@ -6,9 +6,9 @@ from typing import Any
 
 from flask import Response, g, request
 
-from app.api import context
+from app.api.context import context
 from app.api.project import project_blueprint
-from app.event_schemas import EventQuerySchema, LogPageSchema
+from app.schemas.events import EventQuerySchema, LogPageSchema
 from app.services import events, live_streams
 
 blp = project_blueprint("events", __name__, description="The delivery log: what happened to each notification.")

@@ -6,9 +6,9 @@ import logging
 
 from sqlalchemy import text
 
-from app.api import context
 from app.api.blueprint import Blueprint
-from tasks.celery_app import celery_app
+from app.api.context import context
+from app.delivery.broker import celery_app
 
 logger = logging.getLogger(__name__)
 

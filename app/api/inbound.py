@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from flask import request
 
-from app.api import context
 from app.api.blueprint import Blueprint
+from app.api.context import context
 from app.api.project import large_body, raise_body_limit
 from app.errors import any_body
-from app.schemas import InboundAnswerSchema
+from app.schemas.core import InboundAnswerSchema
 from app.services import inbound
 from providers.inbound.base import WebhookRequest
 

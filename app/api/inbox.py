@@ -11,16 +11,16 @@ from typing import Any
 
 from flask import Response, g, request
 
-from app.api import context
+from app.access.auth import Caller, bearer_token, unauthorized
 from app.api.blueprint import Blueprint
+from app.api.context import context
 from app.api.project import add_rate_limit_headers, authenticate_and_limit, limit
-from app.auth import Caller, bearer_token, unauthorized
+from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, verify
 from app.enums import InboxStatus, KeyKind
 from app.errors import abort
-from app.event_schemas import ChangedSchema, InboxCountSchema, InboxItemSchema, InboxPageSchema, InboxQuerySchema
 from app.models import Project
+from app.schemas.events import ChangedSchema, InboxCountSchema, InboxItemSchema, InboxPageSchema, InboxQuerySchema
 from app.services import inbox, live_streams
-from app.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, verify
 
 blp = Blueprint("inbox", __name__, url_prefix="/v1", description="In-app notifications, for backends and browsers.")
 

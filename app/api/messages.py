@@ -6,10 +6,11 @@ from typing import Any
 
 from flask import g
 
-from app import logs
-from app.api import context, idempotency
+from app.api import idempotency
+from app.api.context import context
 from app.api.project import project_blueprint
-from app.schemas import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
+from app.observability import logs
+from app.schemas.core import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
 
 blp = project_blueprint("messages", __name__, description="Send notifications and follow them.")

@@ -1,7 +1,7 @@
 """`/metrics`: Prometheus text for the whole fleet.
 
 Nothing here is per process: workers add their counts and histograms to Redis
-(app/counters.py), beat stores the backlog gauges (app/gauges.py), and provider pause and
+(app/observability/counters.py), beat stores the backlog gauges (app/observability/gauges.py), and provider pause and
 breaker state is read where the workers keep it. So one scrape of any API process sees
 every worker on every machine, however many prefork children or autoscaled workers
 came and went.
@@ -15,11 +15,11 @@ from flask import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from app.api import Context, context
 from app.api.blueprint import Blueprint
+from app.api.context import Context, context
 from app.api.requests import request_tally
-from app.counters import RedisCounterCollector
-from app.gauges import GaugeCollector
+from app.observability.counters import RedisCounterCollector
+from app.observability.gauges import GaugeCollector
 from app.services.operations import BREAKER_STATES, provider_states
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics.")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Response, current_app, g, request
 
-from app.api import context
+from app.access.auth import require_project_key
 from app.api.blueprint import Blueprint
-from app.auth import require_project_key
+from app.api.context import context
 from app.errors import View, abort
 
 

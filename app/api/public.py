@@ -7,13 +7,13 @@ import html
 
 from flask import Response, redirect
 
-from app.api import context
 from app.api.blueprint import Blueprint
+from app.api.context import context
+from app.content.tokens import Purpose, verify
+from app.content.tracking import PIXEL
 from app.enums import EventType
 from app.errors import abort, any_body
 from app.services import engagement, unsubscribe
-from app.tokens import Purpose, verify
-from app.tracking import PIXEL
 
 blp = Blueprint("public", __name__, description="Tracking pixel, click redirect, one-click unsubscribe.")
 

@@ -11,9 +11,9 @@ import time
 
 from flask import Flask, Response, g, request
 
-from app import logs
-from app.api import context
-from app.counters import BufferedTally, Tally
+from app.api.context import context
+from app.observability import logs
+from app.observability.counters import BufferedTally, Tally
 
 access_log = logging.getLogger("tidings.access")
 

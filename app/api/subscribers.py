@@ -6,9 +6,11 @@ from typing import Any
 
 from flask import g
 
-from app.api import context
+from app.api.context import context
 from app.api.project import large_body, project_blueprint
-from app.audience_schemas import (
+from app.errors import field_error
+from app.pagination import PageArgsSchema
+from app.schemas.audience import (
     ImportResultSchema,
     PreferencesSchema,
     SubscriberImportSchema,
@@ -16,9 +18,7 @@ from app.audience_schemas import (
     SubscriberPageSchema,
     SubscriberSchema,
 )
-from app.errors import field_error
-from app.event_schemas import SubscriberTokenRequestSchema, SubscriberTokenSchema
-from app.pagination import PageArgsSchema
+from app.schemas.events import SubscriberTokenRequestSchema, SubscriberTokenSchema
 from app.services import inbox, preferences, subscribers
 
 MAX_EXTERNAL_ID = 255

@@ -6,9 +6,9 @@ from typing import Any
 
 from flask import g
 
-from app.api import context
+from app.api.context import context
 from app.api.project import project_blueprint
-from app.audience_schemas import (
+from app.schemas.audience import (
     SuppressionCreateSchema,
     SuppressionListArgsSchema,
     SuppressionPageSchema,

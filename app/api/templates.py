@@ -6,9 +6,10 @@ from typing import Any
 
 from flask import g
 
-from app.api import context
+from app.api.context import context
 from app.api.project import project_blueprint
-from app.audience_schemas import (
+from app.pagination import PageArgsSchema
+from app.schemas.audience import (
     PreviewOutSchema,
     PreviewSchema,
     TemplateCreateSchema,
@@ -17,7 +18,6 @@ from app.audience_schemas import (
     TemplateSchema,
     TemplateUpdateSchema,
 )
-from app.pagination import PageArgsSchema
 from app.services import templates
 
 blp = project_blueprint("templates", __name__, description="Versioned, sandboxed Jinja2 templates.")

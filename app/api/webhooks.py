@@ -6,9 +6,10 @@ from typing import Any
 
 from flask import g
 
-from app.api import context
+from app.api.context import context
 from app.api.project import project_blueprint
-from app.event_schemas import (
+from app.pagination import PageArgsSchema
+from app.schemas.events import (
     DeliveryPageSchema,
     DeliveryQuerySchema,
     DeliverySchema,
@@ -17,7 +18,6 @@ from app.event_schemas import (
     WebhookEndpointSchema,
     WebhookEndpointUpdateSchema,
 )
-from app.pagination import PageArgsSchema
 from app.services import webhooks
 
 blp = project_blueprint("webhooks", __name__, description="Signed webhooks (Standard Webhooks) for log events.")

@@ -18,16 +18,16 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import Caller
-from app.batch_schemas import BatchRecipientSchema
+from app.access.auth import Caller
 from app.db import enqueue_after_commit
+from app.delivery import dispatch
 from app.enums import Channel, MessageStatus
 from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
-from app.schemas import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
+from app.schemas.batches import BatchRecipientSchema
+from app.schemas.core import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
 from app.services import intake
 from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
-from tasks import dispatch
 
 # The single send's checks of each address kind (and of a row's data), called field by
 # field, and the schema's own words for what is not a field.

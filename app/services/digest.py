@@ -3,7 +3,7 @@
 Counts come from the rollup (`message_counts` plus the deltas not folded yet), so the
 answer costs the number of (period, project, channel, status) cells in the window, not
 the number of messages. Cells are hours for the last two days and days before that
-(tasks/rollup.py), so `since` is cut to the hour, or to the day when it is older; the
+(app/observability/rollup.py), so `since` is cut to the hour, or to the day when it is older; the
 answer says which. The backlog is read from the partial index of active messages and
 from the broker; throughput from Redis.
 """
@@ -17,12 +17,12 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import throughput
 from app.config import Settings
+from app.delivery.backlog import pending_lanes, queue_depths
+from app.delivery.queues import all_queues
+from app.observability import throughput
+from app.observability.rollup import HOURLY_DAYS
 from app.services import operations, projects
-from tasks.backlog import pending_lanes, queue_depths
-from tasks.celery_app import all_queues
-from tasks.rollup import HOURLY_DAYS
 
 DEFAULT_WINDOW = timedelta(hours=24)
 THROUGHPUT_WINDOWS = ("last_minute", "last_hour")

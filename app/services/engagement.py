@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.delivery import store
 from app.enums import EventType
-from tasks import store
 
 
 def record(db: sessionmaker[Session], project_id: str, message_id: str, kind: EventType, link: str = "") -> None:

@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry, parse_id
 from app.enums import EventType
 from app.errors import field_error
-from app.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry, parse_id
 from app.pagination import decode_cursor, encode_cursor
 
 INVALID = "Invalid request."
@@ -28,7 +28,7 @@ INVALID = "Invalid request."
 # the log after a later one was already streamed.
 RESUME_OVERLAP = timedelta(seconds=10)
 REPLAY_PAGE = 500
-# What the log's projections read of a message (app.event_log).
+# What the log's projections read of a message (app.delivery.event_log).
 CHOSEN_COLUMNS = "id, project_id, channel, subscriber_id, batch_id, sent_at, provider, provider_message_id, test"
 
 

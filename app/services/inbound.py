@@ -3,7 +3,7 @@
 For a request of any size, a fixed number of statements: one INSERT of the events' keys
 into `inbound_receipts` (a key already there is a replay, and is skipped), one query for
 the messages, one UPDATE of their statuses, one suppression statement, one event insert
-(through `tasks.store.record_events`, the pipeline's one writer of events). It is all one
+(through `app.delivery.store.record_events`, the pipeline's one writer of events). It is all one
 transaction: a request that fails half-way leaves no receipt, so the provider's retry is
 applied in full.
 
@@ -24,15 +24,15 @@ from sqlalchemy import Row, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
-from app.counters import increment
+from app.delivery import store
+from app.delivery.adapters import own_env, own_scope
 from app.enums import Channel, EventType, MessageStatus, SuppressionReason
 from app.errors import abort
+from app.observability.counters import increment
 from app.services.suppressions import NewSuppression, suppress_all
 from app.vault import SealBroken
 from providers.inbound import registry as inbound
 from providers.inbound.base import HARD, InboundEvent, Kind, Receiver, Refused, WebhookRequest
-from tasks import store
-from tasks.adapters import own_env, own_scope
 
 # Later news wins, never earlier: a delivery report arriving after a bounce changes nothing.
 STATUS_ORDER = [

@@ -1,6 +1,6 @@
 """The in-app inbox: a subscriber's in_app notifications, unread first, and their state.
 
-Items are written by prepare (tasks.prepare_store.to_inbox); the words stay with the
+Items are written by prepare (app.delivery.prepare_store.to_inbox); the words stay with the
 message (message_contents), so an inbox item is a narrow row of state. Every change is
 announced on the subscriber's inbox channel, so each open tab updates its unread count.
 """
@@ -14,12 +14,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import live, tokens
+from app.content import tokens
+from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose
 from app.enums import InboxStatus
 from app.errors import abort, uuid_or_404
 from app.models import Subscriber
+from app.observability import live
 from app.pagination import decode_cursor, encode_cursor
-from app.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose
 
 ITEM_COLUMNS = """
     i.message_id::text AS id, i.status, i.created_at, i.read_at, i.archived_at, m.category,

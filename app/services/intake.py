@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
-from app.addresses import normalise_address
+from app.content.addresses import normalise_address
 from app.enums import Channel, MessageStatus, Priority
 from app.services import templates
 from providers.base import Attachment

@@ -11,10 +11,10 @@ import redis
 from flask import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import live
 from app.errors import abort
+from app.observability import live
+from app.observability.streams import Busy, Hub, Listener, pump, response, sse
 from app.services import events, inbox
-from app.streams import Busy, Hub, Listener, pump, response, sse
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import coalescer
-from app.addresses import normalise_address
-from app.auth import Caller
+from app.access.auth import Caller
+from app.content.addresses import normalise_address
+from app.content.mime import Mail
+from app.delivery import coalescer
 from app.enums import Channel
-from app.mime import Mail
 from app.services import intake
 from providers import registry
 

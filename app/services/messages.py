@@ -12,16 +12,15 @@ from typing import Any
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import coalescer
-from app.auth import Caller
+from app.access.auth import Caller
+from app.delivery import coalescer, store
+from app.delivery.event_log import sent_data
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
-from app.event_log import sent_data
 from app.models import Event, Message, MessageContent
 from app.pagination import decode_cursor, page
-from app.schemas import ADDRESS_FOR_CHANNEL
+from app.schemas.core import ADDRESS_FOR_CHANNEL
 from app.services import engagement, intake
-from tasks import store
 
 INVALID = "Invalid request."
 

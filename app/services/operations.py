@@ -10,13 +10,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import enqueue_after_commit
+from app.delivery import dispatch, store
+from app.delivery.breaker import CircuitBreakers
+from app.delivery.pauses import ProviderPauses
+from app.delivery.queues import active_providers
 from app.enums import EventType
 from app.errors import abort, uuid_or_404
 from app.models import Message
-from tasks import dispatch, store
-from tasks.breaker import CircuitBreakers
-from tasks.celery_app import active_providers
-from tasks.pauses import ProviderPauses
 
 REQUEUE_LIMIT = 10_000
 

@@ -10,8 +10,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.auth import PREFIX_LENGTH, hash_key, new_key
-from app.caller_cache import forget_all
+from app.access.auth import PREFIX_LENGTH, hash_key, new_key
+from app.access.caller_cache import forget_all
 from app.enums import KeyKind
 from app.errors import abort, uuid_or_404
 from app.models import ApiKey, Project

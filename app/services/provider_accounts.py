@@ -16,14 +16,14 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
+from app.delivery.adapters import own_scope
+from app.delivery.pauses import ProviderPauses
 from app.errors import abort, field_error
 from app.services.operations import known_provider
 from app.services.projects import existing_project
 from app.vault import SealBroken, seal, unseal
 from providers import registry
 from providers.inbound import registry as inbound
-from tasks.adapters import own_scope
-from tasks.pauses import ProviderPauses
 
 INVALID = "Invalid request."
 

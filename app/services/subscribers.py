@@ -10,14 +10,14 @@ from marshmallow import ValidationError
 from sqlalchemy import Row, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.addresses import normalise_address
-from app.audience_schemas import SubscriberImportRowSchema
+from app.content.addresses import normalise_address
+from app.delivery import store
+from app.delivery.store import NewEvent
 from app.enums import EventType
 from app.errors import abort
 from app.models import Subscriber
 from app.pagination import decode_cursor, page
-from tasks import store
-from tasks.store import NewEvent
+from app.schemas.audience import SubscriberImportRowSchema
 
 PROFILE = ("email", "phone", "push_tokens", "locale", "timezone", "data")
 

@@ -18,12 +18,12 @@ from marshmallow import ValidationError, validate
 from sqlalchemy import Row, delete, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.addresses import normalise_address
+from app.content.addresses import normalise_address
 from app.enums import Channel, SuppressionReason
 from app.errors import abort, field_error
 from app.models import Suppression
 from app.pagination import decode_cursor, page
-from app.schemas import E164
+from app.schemas.core import E164
 
 ADDRESS_CHECKS = {
     Channel.EMAIL: validate.Email(),

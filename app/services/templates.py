@@ -12,12 +12,12 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.content.rendering import FIELD_ORDER, FIELDS, RenderError, check_source, pick_locale, render_version
+from app.content.sms import measure
 from app.enums import Channel
 from app.errors import abort, field_error
 from app.models import Template
 from app.pagination import decode_cursor, page
-from app.rendering import FIELD_ORDER, FIELDS, RenderError, check_source, pick_locale, render_version
-from app.sms import measure
 
 # What a variant must have for its channel to send anything: all of one group, per channel.
 REQUIRED = {

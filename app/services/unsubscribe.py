@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import func, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.delivery import store
 from app.enums import Channel, EventType, SuppressionReason
 from app.models import Subscriber
 from app.services.suppressions import add_suppressions
-from tasks import store
 
 
 def unsubscribe(db: sessionmaker[Session], claims: dict[str, Any]) -> bool:

@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.crypto import encrypt
 from app.db import enqueue_after_commit
+from app.delivery import dispatch
+from app.delivery.webhook_store import webhook_id
 from app.enums import WebhookDeliveryStatus
 from app.errors import abort, uuid_or_404
 from app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from app.pagination import decode_cursor, page
-from tasks import dispatch
-from tasks.webhooks import webhook_id
 
 ROTATION_OVERLAP = timedelta(hours=24)
 

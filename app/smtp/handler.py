@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from marshmallow import ValidationError, validate
 
-from app.auth import Caller, find_caller
+from app.access.auth import Caller, find_caller
+from app.access.ratelimit import ApiRateLimiter
 from app.config import Settings
+from app.content.mime import Malformed, read_mail
 from app.db import session_factory
 from app.enums import Channel
-from app.mime import Malformed, read_mail
-from app.ratelimit import ApiRateLimiter
 from app.redis_client import redis_for
 from app.services.mail import FilesNotCarried, accept_mail
 

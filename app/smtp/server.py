@@ -18,9 +18,9 @@ from types import FrameType
 from aiosmtpd.controller import Controller
 
 from app.config import Settings
+from app.delivery.broker import configure
 from app.smtp.handler import Ingress, unverified
 from app.smtp.settings import SmtpSettings
-from tasks.celery_app import configure
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.rendering import render_version
+from app.content.rendering import render_version
 from providers.base import Outbound
 
 BATCH = 100  # messages per payload benchmark: one call of a batch API, or 100 calls of the others
@@ -56,7 +56,7 @@ HTML = """{% set total = order['items'] | sum(attribute='price') | round(2) %}<!
 
 @dataclass(frozen=True)
 class TemplateRow:
-    """A template version as prepare reads it (app.rendering.TemplateVersion)."""
+    """A template version as prepare reads it (app.content.rendering.TemplateVersion)."""
 
     project_id: str = "bench"
     key: str = "order-confirmed"

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.delivery import store
 from app.enums import MessageStatus
-from tasks import store
 from tests.faults.stack import ready_messages
 
 ROWS = 500

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from samples import TEMPLATE, person
 
-from app.rendering import compiled_cache, render_version
+from app.content.rendering import compiled_cache, render_version
 
 
 def test_render_email(benchmark):

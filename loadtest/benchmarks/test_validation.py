@@ -5,7 +5,7 @@ from __future__ import annotations
 from samples import person, send_body
 
 from app.enums import Channel
-from app.schemas import SendSchema
+from app.schemas.core import SendSchema
 from app.services.batches import check_recipients
 
 

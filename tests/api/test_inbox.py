@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from app.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, mint
+from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, mint
 from tests.conftest import create_project
 from tests.sse import SseClient
 

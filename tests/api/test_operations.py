@@ -96,7 +96,7 @@ def test_pausing_an_unknown_provider_is_404(client):
 
 
 def test_metrics_expose_the_shared_counters(client):
-    from app.counters import increment
+    from app.observability.counters import increment
 
     increment(client.application.extensions["tidings"].redis, "sweeper_recovered", 2, outcome="unknown")
     body = client.get("/metrics").get_data(as_text=True)

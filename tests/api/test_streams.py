@@ -9,8 +9,8 @@ import time
 import pytest
 
 from app.db import session_scope
+from app.delivery import store
 from app.enums import EventType
-from tasks import store
 from tests.conftest import email
 from tests.sse import SseClient
 

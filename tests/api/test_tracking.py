@@ -9,8 +9,8 @@ import pytest
 import requests
 from itsdangerous import URLSafeSerializer
 
-from app.tokens import Purpose, mint
-from app.tracking import PIXEL
+from app.content.tokens import Purpose, mint
+from app.content.tracking import PIXEL
 from providers.log import LogProvider
 from tests.conftest import create_project
 

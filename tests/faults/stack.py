@@ -17,7 +17,7 @@ from pathlib import Path
 from celery import Celery
 from sqlalchemy import Engine, text
 
-from app.embedded import EmbeddedRedis
+from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
 from tests.conftest import TERMINAL, make_env
 

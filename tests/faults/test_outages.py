@@ -10,8 +10,8 @@ import requests
 from pgserver._commands import pg_ctl
 from sqlalchemy import create_engine, text
 
-from app import migrate
-from app.embedded import start_postgres
+from app.runtime import migrate
+from app.runtime.embedded import start_postgres
 from tests.conftest import ADMIN_KEY
 from tests.faults.stack import (
     assert_ledger_agrees,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.config import Settings
-from app.embedded import EmbeddedRedis
+from app.runtime.embedded import EmbeddedRedis
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from providers.log import DEFAULT_MAX_BATCH, max_batch_from
 PROBE = """
 import json
 from providers import registry
-from tasks import dispatch
+from app.delivery import dispatch
 sizes = [len(s.args[1]) for s in dispatch.deliver("log", "bulk", [str(n) for n in range(120)])]
 print(json.dumps({"tasks": sizes, "adapter": registry.build("log", {}).max_batch}))
 """

@@ -13,7 +13,7 @@ import pytest
 import trustme
 from flask import Flask
 
-from app.embedded import free_port
+from app.runtime.embedded import free_port
 from app.smtp.server import SmtpServer
 from app.smtp.settings import SmtpSettings
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 from flask import Flask
 
-from app.embedded import free_port
+from app.runtime.embedded import free_port
 from app.smtp.server import SmtpServer
 from app.smtp.settings import SmtpSettings
 

@@ -6,11 +6,11 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.db import enqueue_after_commit
+from app.delivery import dispatch
 from app.enums import Channel, Priority
 from app.services import intake
 from providers.base import Attachment
 from providers.log import LogProvider
-from tasks import dispatch
 from tests.conftest import create_project
 
 pytestmark = pytest.mark.usefixtures("worker")

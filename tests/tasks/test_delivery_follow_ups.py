@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from app.delivery import adapters
 from app.enums import Channel
 from providers import signing
-from tasks import adapters
 from tasks.celery_app import configure
 from tasks.deliver import deliver
 from tests.conftest import email

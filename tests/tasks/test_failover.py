@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from app.config import BreakerPolicy
-from tasks.breaker import CircuitBreakers
+from app.delivery.breaker import CircuitBreakers
 from tasks.celery_app import configure
 from tasks.deliver import deliver
 from tests.conftest import ADMIN_KEY, bearer, email

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from tasks import adapters
+from app.delivery import adapters
 from tasks.celery_app import configure
 from tasks.maintenance import release_due, sweep
 from tests.conftest import email

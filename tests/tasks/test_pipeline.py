@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from app.delivery import dispatch
 from providers.log import LogProvider
-from tasks import dispatch
 from tasks.deliver import deliver
 from tests.conftest import email
 from tests.provider_server import json_response

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import event, text
 
+from app.content.rendering import render_version
 from app.db import engine_for
-from app.rendering import render_version
 from providers.log import LogProvider
 from tasks.maintenance import release_due
 from tasks.prepare import prepare

@@ -12,11 +12,11 @@ import redis
 from celery.signals import worker_process_init, worker_shutting_down
 from sqlalchemy import text
 
+from app.config import current_settings
 from app.db import session_scope
+from app.delivery import store
+from app.delivery.adapters import provider_instance
 from app.enums import MessageStatus
-from tasks import store
-from tasks.adapters import provider_instance
-from tasks.celery_app import settings
 from tasks.deliver import decide_all, deliver, send_all, waiting_groups
 from tasks.shutdown import STOPPING, stopping
 from tests.faults.stack import ready_messages
@@ -46,7 +46,7 @@ def test_sigterm_mid_batch_hands_back_the_unsent_rest_at_once(engine, fake_provi
     run = send_all(provider_instance("fake"), claimed, {})
     assert run.stopped
     assert (len(run.results), len(run.unsent)) == (100, 50)
-    outcomes = decide_all(settings(), [(claimed, run)])
+    outcomes = decide_all(current_settings(), [(claimed, run)])
     handed_back = [o for o in outcomes if o.status is MessageStatus.READY]
     assert len(handed_back) == 50 and all(o.refund_attempt for o in handed_back)
     ((countdown, group),) = waiting_groups(outcomes)

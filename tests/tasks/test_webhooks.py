@@ -14,7 +14,7 @@ from sqlalchemy import text
 from standardwebhooks import Webhook
 from werkzeug import Request, Response
 
-from tasks.celery_app import settings
+from app.config import current_settings
 from tasks.webhooks import deliver_webhooks, post, release_webhooks
 from tests.conftest import email
 
@@ -238,7 +238,7 @@ def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, eng
             ),
             {"e": hook["id"], "p": project.id, "url": receiver.url},
         ).one()
-    guarded = dataclasses.replace(settings(), webhook_allowed_networks=())
+    guarded = dataclasses.replace(current_settings(), webhook_allowed_networks=())
     attempt = post(row, guarded)
     assert attempt.status_code is None
     assert "refused target" in attempt.error

@@ -1,0 +1,103 @@
+"""Open and click tracking and one-click unsubscribe for email, decided at render time.
+
+Tracking is off unless the project switches it on (`settings.tracking.opens`/`clicks`);
+a project may keep transactional mail untracked (`transactional: false`), and a template
+may switch either on or off for its messages. Bulk and marketing email carries
+`List-Unsubscribe` and `List-Unsubscribe-Post: List-Unsubscribe=One-Click` (RFC 8058),
+unless its category is one the project requires.
+
+Links are signed tokens (app.content.tokens): a click token carries its URL, so the redirect
+needs no database and goes only where a message we rendered pointed — not an open redirect.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.content import tokens
+from app.content.tokens import Purpose
+from app.enums import Priority
+
+# A transparent 1x1 GIF.
+PIXEL = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")
+MAX_TRACKED_URL = 2000
+UNSUBSCRIBE_CATEGORY = "marketing"
+
+_LINK = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(.*?)\2""", re.IGNORECASE | re.DOTALL)
+_BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class EmailExtras:
+    opens: bool = False
+    clicks: bool = False
+    unsubscribe: bool = False
+
+    def __bool__(self) -> bool:
+        return self.opens or self.clicks or self.unsubscribe
+
+
+def extras_for(
+    project_settings: Mapping[str, Any] | None,
+    template_tracking: Mapping[str, Any] | None,
+    priority: str,
+    category: str | None,
+) -> EmailExtras:
+    """What one email gets: project switches, transactional default, then the template's word."""
+    settings = project_settings or {}
+    tracking = settings.get("tracking") or {}
+    on = priority != Priority.TRANSACTIONAL or tracking.get("transactional", True)
+    opens, clicks = on and bool(tracking.get("opens")), on and bool(tracking.get("clicks"))
+    template = template_tracking or {}
+    opens = template["opens"] if template.get("opens") is not None else opens
+    clicks = template["clicks"] if template.get("clicks") is not None else clicks
+    required = category in (settings.get("required_categories") or ())
+    bulk = priority == Priority.BULK or category == UNSUBSCRIBE_CATEGORY
+    return EmailExtras(opens, clicks, bulk and not required)
+
+
+def tracked_html(body: str, public_url: str, project_id: str, message_id: str, extras: EmailExtras) -> str:
+    """Links rewritten through the click redirect and an open pixel added, as switched on.
+
+    Running it again on its own output changes nothing (a re-prepared message keeps its
+    links): our own links are left alone, and a pixel is added only once.
+    """
+    ours = f"{public_url}/t/"
+    claims = {"p": project_id, "m": message_id}
+    if extras.clicks:
+
+        def rewrite(match: re.Match[str]) -> str:
+            url = html.unescape(match.group(3)).strip()
+            if (
+                not url.lower().startswith(("http://", "https://"))
+                or url.startswith(ours)
+                or len(url) > MAX_TRACKED_URL
+            ):
+                return match.group(0)
+            tracked = f"{public_url}/t/c/{tokens.mint(Purpose.CLICK, {**claims, 'u': url})}"
+            return f"{match.group(1)}{match.group(2)}{tracked}{match.group(2)}"
+
+        body = _LINK.sub(rewrite, body)
+    if extras.opens and f"{ours}o/" not in body:
+        pixel = (
+            f'<img src="{public_url}/t/o/{tokens.mint(Purpose.OPEN, claims)}" width="1" height="1" alt="" '
+            'style="display:none;border:0">'
+        )
+        ends = list(_BODY_END.finditer(body))
+        body = body[: ends[-1].start()] + pixel + body[ends[-1].start() :] if ends else body + pixel
+    return body
+
+
+def unsubscribe_headers(
+    public_url: str, project_id: str, message_id: str, subscriber_id: str | None, address: str, category: str | None
+) -> dict[str, str]:
+    """RFC 8058 headers; the token turns the category off for the subscriber, or suppresses
+    the address when the message went to a raw address."""
+    claims: dict[str, Any] = {"p": project_id, "m": message_id, "c": category}
+    claims.update({"s": subscriber_id} if subscriber_id else {"a": address})
+    url = f"{public_url}/u/{tokens.mint(Purpose.UNSUBSCRIBE, claims)}"
+    return {"List-Unsubscribe": f"<{url}>", "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}

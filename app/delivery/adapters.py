@@ -1,0 +1,137 @@
+"""The provider adapters of this worker process.
+
+The deployment's adapter per provider is built once from the settings. A project that
+brought its own account gets an adapter of its own, built from its sealed settings and
+kept until they change: the claim says when they last changed (`account_version`), so a
+cached adapter is reused while that matches and rebuilt, with one query for every stale
+project of a batch, when it does not.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import ClassVar
+
+from sqlalchemy import Row
+
+from app.config import Settings, current_settings
+from app.db import session_scope
+from app.delivery import store
+from app.vault import SealBroken, unseal
+from providers import registry
+from providers.base import ConfigurationError, Outbound, Provider, SendResult
+
+# Projects' adapters kept per process; the oldest go first beyond this many.
+MAX_OWN_ACCOUNTS = 1024
+
+
+@cache
+def provider_instance(name: str) -> Provider:
+    """One adapter per provider and process, so its HTTP connections are reused."""
+    return registry.build(name, current_settings().environ)
+
+
+@dataclass(frozen=True)
+class Account:
+    """Whose account a group of claimed messages goes out through.
+
+    `scope` names what a pause applies to: the provider for the deployment's account, the
+    provider and project for a project's own, so one tenant's revoked key or exhausted quota
+    never pauses everyone else.
+    """
+
+    scope: str
+    adapter: Provider
+
+    @property
+    def own(self) -> bool:
+        return "@" in self.scope
+
+
+def own_scope(provider: str, project_id: str) -> str:
+    return f"{provider}@{project_id}"
+
+
+class UnusableAccount:
+    """Stands in for a project's account whose settings cannot be used (a changed secret
+    key, a setting the deployment no longer accepts): every send is a configuration error,
+    which pauses that account alone until someone fixes it."""
+
+    name: ClassVar[str] = "unusable"
+    channels: ClassVar[frozenset[str]] = frozenset()
+    max_batch: ClassVar[int] = 500
+    idempotent: bool = False
+    account_settings: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, problem: str):
+        self.problem = problem
+
+    def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
+        raise ConfigurationError(self.problem)
+
+
+_own: dict[tuple[str, str], tuple[datetime, Provider]] = {}
+_lock = threading.Lock()
+
+
+def accounts_for(config: Settings, provider: str, claimed: Sequence[Row]) -> list[tuple[Account, list[Row]]]:
+    """Group a claimed batch by account: the deployment's, and each project's own where it has one."""
+    groups: dict[str, list[Row]] = defaultdict(list)
+    versions: dict[str, datetime] = {}
+    for row in claimed:
+        if row.account_version is None:
+            groups[provider].append(row)
+        else:
+            groups[row.project_id].append(row)
+            versions[row.project_id] = row.account_version
+    adapters = own_adapters(config, provider, versions)
+    return [
+        (Account(provider, provider_instance(provider)), rows)
+        if key == provider
+        else (Account(own_scope(provider, key), adapters[key]), rows)
+        for key, rows in groups.items()
+    ]
+
+
+def own_adapters(config: Settings, provider: str, versions: dict[str, datetime]) -> dict[str, Provider]:
+    """Each project's adapter for `provider`, rebuilt where its settings changed since it was cached."""
+    with _lock:
+        cached = {p: _own.get((provider, p)) for p in versions}
+    stale = [p for p, entry in cached.items() if entry is None or entry[0] != versions[p]]
+    if stale:
+        with session_scope(config.database_url) as session:
+            rows = store.project_accounts(session, provider, stale)
+        built = {row.project_id: (row.updated_at, build_own(config, provider, row.sealed)) for row in rows}
+        # Removed since the claim: the project's messages go out as the deployment's.
+        built.update({p: (versions[p], provider_instance(provider)) for p in stale if p not in built})
+        with _lock:
+            _own.update({(provider, p): entry for p, entry in built.items()})
+            while len(_own) > MAX_OWN_ACCOUNTS:
+                del _own[next(iter(_own))]
+        cached.update(built)
+    return {p: entry[1] for p, entry in cached.items()}
+
+
+def own_env(config: Settings, provider: str, sealed: str) -> dict[str, str]:
+    """The settings a project's own account is built from: the deployment's, its account
+    settings replaced by the project's. SealBroken when this secret key cannot read them."""
+    return registry.with_account(config.environ, provider, unseal(config.secret_key, sealed))
+
+
+def build_own(config: Settings, provider: str, sealed: str) -> Provider:
+    try:
+        return registry.build(provider, own_env(config, provider, sealed))
+    except (SealBroken, ValueError) as error:
+        return UnusableAccount(f"the project's own {provider} account cannot be used: {error}")
+
+
+def clear() -> None:
+    """Forget every adapter (tests change settings between cases)."""
+    provider_instance.cache_clear()
+    with _lock:
+        _own.clear()

@@ -1,0 +1,49 @@
+"""Queue names: one lane per stage, provider and priority.
+
+Workers list transactional lanes first and consume them in that order, so a password
+reset never waits behind a campaign. Within a priority the deliver lanes come before the
+prepare lane: Redis hands out the first non-empty queue of the list, so with prepare first a
+steady stream of sends keeps prepare busy and nothing already prepared ever goes out.
+Downstream first finishes the work in flight, and prepare runs whenever it is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from app.config import Settings
+from app.enums import Priority
+
+BEAT_QUEUE = "beat"
+# Outbound webhooks: after the message lanes, so receivers never slow a send.
+WEBHOOKS_QUEUE = "webhooks"
+PRIORITIES_IN_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
+
+
+def prepare_queue(priority: str) -> str:
+    return f"prepare.{priority}"
+
+
+def deliver_queue(provider: str, priority: str) -> str:
+    return f"deliver.{provider}.{priority}"
+
+
+def worker_queues(providers: Iterable[str]) -> list[str]:
+    """Every queue we route to, highest priority first."""
+    names = sorted(set(providers))
+    queues: list[str] = []
+    for priority in PRIORITIES_IN_ORDER:
+        queues.extend(deliver_queue(provider, priority) for provider in names)
+        queues.append(prepare_queue(priority))
+    queues.extend((WEBHOOKS_QUEUE, BEAT_QUEUE))
+    return queues
+
+
+def active_providers(settings: Settings) -> list[str]:
+    """Providers this deployment routes to: every one of every channel's failover chain
+    (traffic may move to any of them), and `log` for test keys."""
+    return sorted(settings.chained_providers | {"log"})
+
+
+def all_queues(settings: Settings) -> list[str]:
+    return worker_queues(active_providers(settings))

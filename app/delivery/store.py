@@ -1,0 +1,204 @@
+"""Set-based reads and writes of the pipeline: one statement per step and batch.
+
+These functions take a session and never commit; the task that calls them owns the
+transaction. Every status change is conditional on the status the step expects, which is
+what makes a duplicated task message harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, text
+from sqlalchemy.orm import Session
+
+from app.delivery import fanout
+from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
+from app.enums import MessageStatus
+
+
+@dataclass(frozen=True)
+class Finalised:
+    """One message's fate after a provider call, as the finalise statement writes it."""
+
+    message_id: str
+    status: MessageStatus
+    provider_message_id: str | None = None
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+    refund_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    message_id: str | None  # None for a project-level event
+    project_id: str
+    type: str
+    data: dict[str, Any]
+
+
+def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
+    """Take messages for sending: ready ones, and retrying ones whose wait is over.
+
+    The conditional UPDATE is the guard against double sends: of two workers holding the
+    same ids, only one gets rows back. `account_version` is set where the message's project
+    has its own account with the provider: when it was last changed (a primary-key lookup
+    per row, inside the one statement).
+    """
+    return session.execute(
+        text(
+            """
+            UPDATE messages m
+            SET status = 'sending', attempts = m.attempts + 1, claimed_at = now(), updated_at = now(),
+                next_attempt_at = NULL
+            FROM message_contents c
+            WHERE c.message_id = m.id
+              AND m.id = ANY(CAST(:ids AS uuid[]))
+              AND m.provider = :provider
+              AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
+            RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
+                      m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
+                      c.headers, c.attachment_ids::text[] AS attachment_ids,
+                      (SELECT a.updated_at FROM project_providers a
+                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version
+            """
+        ),
+        {"ids": list(ids), "provider": provider},
+    ).all()
+
+
+def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> Sequence[Row]:
+    """Move the messages `provider` may not send now to another provider, per channel
+    (`targets`: channel → provider), in one statement; returns the moved (id, provider)."""
+    if not targets:
+        return []
+    return session.execute(
+        text(
+            """
+            UPDATE messages m SET provider = v.target, status = 'ready', next_attempt_at = NULL, updated_at = now()
+            FROM unnest(CAST(:channels AS text[]), CAST(:targets AS text[])) AS v(channel, target)
+            WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.provider = :provider AND m.channel = v.channel
+              AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
+            RETURNING m.id::text AS id, m.provider
+            """
+        ),
+        {"ids": list(ids), "provider": provider, "channels": list(targets), "targets": list(targets.values())},
+    ).all()
+
+
+def project_accounts(session: Session, provider: str, projects: Collection[str]) -> Sequence[Row]:
+    """The sealed settings of projects' own accounts with `provider`."""
+    return session.execute(
+        text(
+            """
+            SELECT project_id, sealed, updated_at FROM project_providers
+            WHERE provider = :provider AND project_id = ANY(CAST(:projects AS text[]))
+            """
+        ),
+        {"provider": provider, "projects": list(projects)},
+    ).all()
+
+
+def remove_push_tokens(session: Session, tokens: Sequence[tuple[str, str, str]]) -> None:
+    """Drop dead push tokens from their subscribers: (project, subscriber, token), one statement."""
+    if not tokens:
+        return
+    projects, subscribers, values = zip(*tokens, strict=True)
+    session.execute(
+        text(
+            """
+            UPDATE subscribers s
+            SET push_tokens = ARRAY(SELECT t.token FROM unnest(s.push_tokens) WITH ORDINALITY AS t(token, n)
+                                    WHERE t.token <> ALL(dead.tokens) ORDER BY t.n),
+                updated_at = now()
+            FROM (SELECT project_id, subscriber_id, array_agg(token) AS tokens
+                  FROM unnest(CAST(:projects AS text[]), CAST(:subscribers AS text[]), CAST(:tokens AS text[]))
+                       AS v(project_id, subscriber_id, token)
+                  GROUP BY project_id, subscriber_id) AS dead
+            WHERE s.project_id = dead.project_id AND s.external_id = dead.subscriber_id
+              AND s.push_tokens && dead.tokens
+            """
+        ),
+        {"projects": list(projects), "subscribers": list(subscribers), "tokens": list(values)},
+    )
+
+
+def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> None:
+    """Ready messages sent back to the broker: the sweeper must not expect them sooner."""
+    session.execute(
+        text(
+            """
+            UPDATE messages SET next_attempt_at = now() + make_interval(secs => :seconds)
+            WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'ready'
+            """
+        ),
+        {"ids": list(ids), "seconds": seconds},
+    )
+
+
+def finalise(session: Session, outcomes: Sequence[Finalised]) -> list[LogEntry]:
+    """Write every message's fate after a provider call in one statement.
+
+    Returns the derived `sent` entries of the messages sent, for the caller to announce.
+    """
+    if not outcomes:
+        return []
+    rows = session.execute(
+        text(
+            f"""
+            UPDATE messages m
+            SET status = v.status, provider_message_id = v.provider_message_id, error = v.error,
+                next_attempt_at = v.next_attempt_at, attempts = m.attempts - v.refund,
+                sent_at = CASE WHEN v.status = 'sent' THEN now() ELSE m.sent_at END,
+                updated_at = now()
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[]), CAST(:provider_ids AS text[]),
+                        CAST(:errors AS text[]), CAST(:next_attempts AS timestamptz[]),
+                        CAST(:refunds AS smallint[]))
+                 AS v(id, status, provider_message_id, error, next_attempt_at, refund)
+            WHERE m.id = v.id AND m.status = 'sending'
+            RETURNING m.status, {SENT_COLUMNS}
+            """
+        ),
+        {
+            "ids": [o.message_id for o in outcomes],
+            "statuses": [o.status.value for o in outcomes],
+            "provider_ids": [o.provider_message_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "next_attempts": [o.next_attempt_at for o in outcomes],
+            "refunds": [int(o.refund_attempt) for o in outcomes],
+        },
+    ).all()
+    return [entry(row) for row in rows if row.status == MessageStatus.SENT]
+
+
+def record_events(session: Session, events: Sequence[NewEvent]) -> list[LogEntry]:
+    """Insert the events that cannot be derived from the message row, in one statement,
+    and announce them to live streams and webhook endpoints (app.delivery.fanout)."""
+    if not events:
+        return []
+    rows = session.execute(
+        text(
+            f"""
+            WITH e AS (
+                INSERT INTO events (message_id, project_id, type, data)
+                SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:projects AS text[]),
+                                     CAST(:types AS text[]), CAST(:data AS jsonb[]))
+                RETURNING *
+            )
+            SELECT {STORED_COLUMNS} FROM e LEFT JOIN messages m ON m.id = e.message_id ORDER BY e.id
+            """
+        ),
+        {
+            "ids": [e.message_id for e in events],
+            "projects": [e.project_id for e in events],
+            "types": [e.type for e in events],
+            "data": [json.dumps(e.data) for e in events],
+        },
+    ).all()
+    entries = [entry(row) for row in rows]
+    fanout.announce(session, entries)
+    return entries

@@ -1,0 +1,1 @@
+"""What the stack tells about itself: counters, gauges, logs, live news, event streams, throughput."""

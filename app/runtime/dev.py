@@ -1,0 +1,193 @@
+"""`tidings dev` (what `make run` runs): the whole stack as child processes of one command.
+
+Without DATABASE_URL / REDIS_URL it starts embedded servers with their data under the var
+directory, so a first run needs nothing but Python; with them set it uses those servers.
+Ctrl-C (or SIGTERM) stops every child and the embedded servers, leaving nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+from sqlalchemy import select
+
+from app.access.auth import find_caller
+from app.config import Settings
+from app.db import session_factory
+from app.enums import KeyKind
+from app.models import Project
+from app.runtime import migrate
+from app.runtime.embedded import EmbeddedRedis, die_with_parent, start_postgres
+from app.services import projects
+
+DEMO_PROJECT = "demo"
+READY_TIMEOUT = 120
+
+
+def run(env: dict[str, str]) -> int:
+    var_dir = Path(env.get("TIDINGS_VAR_DIR", "var"))
+    var_dir.mkdir(parents=True, exist_ok=True)
+    embedded_redis: EmbeddedRedis | None = None
+    embedded_postgres = None
+    if not env.get("DATABASE_URL"):
+        print("Starting embedded PostgreSQL in", var_dir / "pg", flush=True)
+        embedded_postgres = start_postgres(var_dir / "pg")
+        env["DATABASE_URL"] = embedded_postgres.get_uri()
+    if not env.get("REDIS_URL"):
+        print("Starting embedded Redis in", var_dir / "redis", flush=True)
+        embedded_redis = EmbeddedRedis(var_dir / "redis").start()
+        env["REDIS_URL"] = embedded_redis.url
+    env.update({name: value for name, value in _dev_secrets(var_dir).items() if not env.get(name)})
+    env.setdefault("TIDINGS_LOG_FORMAT", "text")  # a person reads these; production ships JSON
+    settings = Settings.from_env(env)
+    migrate.upgrade(settings.database_url)
+    demo_key = _demo_key(settings, var_dir)
+    children: list[subprocess.Popen] = []
+    try:
+        for role in ("api", "worker", "beat"):
+            children.append(_spawn(role, env))
+        url = f"http://{settings.host}:{settings.port}"
+        if not _wait_ready(url, children):
+            print("tidings: the API did not become ready; see the log above", file=sys.stderr)
+            return 1
+        _print_banner(url, settings, demo_key)
+        children.append(_spawn("flower", env))
+        return _supervise(children)
+    finally:
+        _stop(children)
+        if embedded_redis is not None:
+            embedded_redis.stop()
+        if embedded_postgres is not None:
+            embedded_postgres.cleanup()
+
+
+def _dev_secrets(var_dir: Path) -> dict[str, str]:
+    """Admin and secret keys for development, made once and kept under var/."""
+    path = var_dir / "dev-secrets.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    values = {
+        "TIDINGS_ADMIN_KEY": f"tid_admin_{secrets.token_urlsafe(24)}",
+        "TIDINGS_SECRET_KEY": secrets.token_urlsafe(32),
+    }
+    path.write_text(json.dumps(values))
+    path.chmod(0o600)
+    return values
+
+
+def _demo_key(settings: Settings, var_dir: Path) -> str:
+    """The demo project's key: reused across restarts while the database still knows it."""
+    db = session_factory(settings.database_url)
+    path = var_dir / "demo-key"
+    if path.exists():
+        kept = path.read_text().strip()
+        with db() as session:
+            if find_caller(session, kept) is not None:
+                return kept
+    with db() as session:
+        exists = session.scalar(select(Project.id).where(Project.id == DEMO_PROJECT)) is not None
+    if not exists:
+        projects.create_project(
+            db, {"id": DEMO_PROJECT, "name": "Demo", "channels": ["email", "sms", "push", "webhook"]}
+        )
+    key = projects.create_key(db, DEMO_PROJECT, "demo", KeyKind.LIVE)["key"]
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+# How each role is asked to stop: gunicorn's SIGINT is its quick shutdown, Celery's
+# SIGTERM its warm one (running tasks finish).
+STOP_SIGNALS = {
+    "api": signal.SIGINT,
+    "worker": signal.SIGTERM,
+    "beat": signal.SIGTERM,
+    "flower": signal.SIGTERM,
+}
+STOP_TIMEOUT = 8
+
+
+def _spawn(role: str, env: dict[str, str]) -> subprocess.Popen:
+    """A child in its own session: Ctrl-C reaches only us, and we stop children in order."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.runtime.cli", role], env=env, start_new_session=True, preexec_fn=die_with_parent
+    )
+
+
+def _wait_ready(url: str, children: list[subprocess.Popen]) -> bool:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children):
+            return False
+        try:
+            if requests.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return True
+        except requests.RequestException:
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def _print_banner(url: str, settings: Settings, demo_key: str) -> None:
+    body = json.dumps(
+        {
+            "channel": "email",
+            "to": {"email": "ada@example.com"},
+            "content": {"subject": "Hello", "text": "First notification"},
+        }
+    )
+    print(
+        f"""
+Tidings is ready at {url}  (API docs: {url}/docs, Flower: http://{settings.host}:{settings.flower_port})
+  admin key:        {settings.admin_key}
+  demo project key: {demo_key}
+  providers:        {", ".join(f"{c}={','.join(chain)}" for c, chain in settings.chains.items())}
+
+Send a first notification:
+  curl -s {url}/v1/messages -H 'Authorization: Bearer {demo_key}' \\
+       -H 'Content-Type: application/json' -d '{body}'
+Then follow it with:  curl -s {url}/v1/messages/<id> -H 'Authorization: Bearer {demo_key}'
+Press Ctrl-C to stop everything.
+""",
+        flush=True,
+    )
+
+
+def _supervise(children: list[subprocess.Popen]) -> int:
+    """Wait until a child dies or we are told to stop; either way everything stops."""
+    stop_requested = False
+
+    def request_stop(*_: Any) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    while not stop_requested:
+        for child in children:
+            if child.poll() is not None:
+                print(f"tidings: {child.args[-1]} exited with {child.returncode}; stopping", file=sys.stderr)
+                return 1
+        time.sleep(0.2)
+    return 0
+
+
+def _stop(children: list[subprocess.Popen]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(STOP_SIGNALS[child.args[-1]])
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for child in children:
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

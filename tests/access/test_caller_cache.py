@@ -1,0 +1,67 @@
+"""Remembered callers: trusted only while the key generation in Redis is unchanged."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis
+from sqlalchemy import text
+
+from app.access import caller_cache
+from app.access.auth import PREFIX_LENGTH, hash_key
+from app.access.caller_cache import CallerCache, forget_all
+from app.db import session_factory
+from app.redis_client import redis_for
+from app.runtime.embedded import free_port
+
+
+def revoke_behind_the_cache(engine, project_id: str) -> None:
+    """Revoke in SQL, as no service would: nothing tells the cache."""
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE api_keys SET revoked_at = now() WHERE project_id = :id"), {"id": project_id})
+
+
+@pytest.fixture
+def callers(migrated) -> CallerCache:
+    return CallerCache(session_factory(migrated.database_url), redis_for(migrated.redis_url))
+
+
+def test_a_caller_is_remembered_until_the_generation_changes(callers, project, engine, migrated):
+    assert callers.caller(project.live_key).project_id == project.id
+    revoke_behind_the_cache(engine, project.id)
+    assert callers.caller(project.live_key).project_id == project.id
+    forget_all(redis_for(migrated.redis_url))
+    assert callers.caller(project.live_key) is None
+
+
+def test_an_unknown_key_is_not_remembered(callers, project, engine):
+    token = "tid_live_valid-from-the-next-request-on"
+    assert callers.caller(token) is None
+    with engine.begin() as connection:  # the key appears, and nothing tells the cache
+        connection.execute(
+            text(
+                "INSERT INTO api_keys (project_id, name, kind, prefix, key_hash) "
+                "VALUES (:project, 'late', 'live', :prefix, :hash)"
+            ),
+            {"project": project.id, "prefix": token[:PREFIX_LENGTH], "hash": hash_key(token)},
+        )
+    assert callers.caller(token).project_id == project.id
+
+
+def test_a_remembered_caller_expires(callers, project, engine, monkeypatch):
+    assert callers.caller(project.live_key) is not None
+    monkeypatch.setattr(caller_cache, "MAX_AGE_SECONDS", 0.0)
+    revoke_behind_the_cache(engine, project.id)
+    assert callers.caller(project.live_key) is None
+
+
+def test_without_redis_every_lookup_asks_postgresql(migrated, project, engine, caplog):
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
+    callers = CallerCache(session_factory(migrated.database_url), unreachable)
+    assert callers.caller(project.live_key).project_id == project.id
+    revoke_behind_the_cache(engine, project.id)
+    assert callers.caller(project.live_key) is None
+    with caplog.at_level(logging.WARNING, logger="app.access.caller_cache"):
+        forget_all(unreachable)  # logged, not raised: the revocation is committed whatever Redis says
+    assert "could not publish a new key generation" in caplog.text

@@ -1,0 +1,51 @@
+"""The shared pace and the provider pauses, on a real Redis."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import pytest
+import redis
+
+from app.delivery.pacing import ProviderPacer
+from app.delivery.pauses import ProviderPauses
+
+
+@pytest.fixture
+def client(migrated) -> redis.Redis:
+    return redis.Redis.from_url(migrated.redis_url)
+
+
+def test_a_batch_gets_what_the_window_has_left_and_the_wait_for_the_rest(client):
+    pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
+    first = pacer.acquire(provider, 10, 6, "a")
+    second = pacer.acquire(provider, 10, 6, "b")
+    third = pacer.acquire(provider, 10, 6, "c")
+    assert (first.granted, second.granted, third.granted) == (6, 4, 0)
+    assert first.wait_seconds == 0
+    assert 0.9 < third.wait_seconds <= 1.05
+
+
+def test_paces_are_per_provider(client):
+    pacer = ProviderPacer(client)
+    assert pacer.acquire(f"a-{uuid.uuid4().hex}", 5, 5, "x").granted == 5
+    assert pacer.acquire(f"b-{uuid.uuid4().hex}", 5, 5, "y").granted == 5
+
+
+def test_below_one_per_second_the_window_widens(client):
+    pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
+    assert pacer.acquire(provider, 0.5, 3, "a").granted == 1
+    assert 2.0 < pacer.acquire(provider, 0.5, 1, "b").wait_seconds <= 2.1
+
+
+def test_a_timed_pause_never_shortens_a_longer_one(client):
+    pauses, provider = ProviderPauses(client), f"p-{uuid.uuid4().hex}"
+    pauses.pause(provider, 60, "429")
+    pauses.pause(provider, 5, "429 again")
+    assert 55 < pauses.seconds_left(provider) <= 60
+    pauses.pause(provider, None, "operator")
+    pauses.pause(provider, 5, "429")
+    assert math.isinf(pauses.seconds_left(provider))
+    assert pauses.resume(provider)
+    assert pauses.seconds_left(provider) is None
