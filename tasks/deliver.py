@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import redis
 from sqlalchemy import Row
@@ -19,11 +20,11 @@ from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.pacing import ProviderPacer
 from app.delivery.pauses import ProviderPauses
-from app.enums import Priority
+from app.enums import MessageStatus, Priority
 from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, failover, follow_ups, instrument
+from tasks import attachments, failover, follow_ups, instrument, isolation
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
 from tasks.shutdown import stopping
 
@@ -85,13 +86,27 @@ def send(
     runs = send_by_account(config, client, provider, claimed, files)
     outcomes = decide_all(config, runs)
     rows = {row.id: row for row in claimed}
-    with session_scope(config.database_url) as session:
-        fanout.announce(session, store.finalise(session, outcomes))
-        applied = follow_ups.apply(session, [r for _, run in runs for r in run.results], rows)
-        store.record_events(session, events_for(outcomes, rows, applied))
-        for countdown, group in waiting_groups(outcomes):
-            for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
-                enqueue_after_commit(session, signature)
+    results = [r for _, run in runs for r in run.results]
+    applied: dict[str, dict[str, Any]] = {}
+
+    def finish(part: Sequence[str]) -> None:
+        """Write the fates of `part` in one transaction (tasks/isolation.py halves it on a poison)."""
+        wanted = set(part)
+        mine = [o for o in outcomes if o.message_id in wanted]
+        with session_scope(config.database_url) as session:
+            fanout.announce(session, store.finalise(session, mine))
+            done = follow_ups.apply(session, [r for r in results if r.message_id in wanted], rows)
+            store.record_events(session, events_for(mine, rows, done))
+            for countdown, group in waiting_groups(mine):
+                for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
+                    enqueue_after_commit(session, signature)
+        applied.update(done)
+
+    isolation.in_halves(
+        [o.message_id for o in outcomes],
+        finish,
+        lambda message_id, why: isolation.fail_poisoned(config, "finalise", MessageStatus.SENDING, message_id, why),
+    )
     for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
         increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
     instrument.delivered(client, provider, claimed, outcomes, [s for _, run in runs for s in run.call_seconds])

@@ -25,14 +25,14 @@ Rendering comes last so that messages that will not go are never rendered.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from app.config import current_settings
+from app.config import Settings, current_settings
 from app.content.addresses import normalise_address
 from app.content.rendering import RenderError, as_content, render_version
 from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
@@ -44,13 +44,23 @@ from app.delivery.policy import ProjectRules, held_until, opted_out
 from app.delivery.prepare_store import Plan, Rendered
 from app.enums import Channel, EventType, MessageStatus
 from app.redis_client import redis_for
-from tasks import instrument, routing
+from tasks import instrument, isolation, routing
 
 
 @celery_app.task(name="tidings.prepare")
 def prepare(ids: list[str]) -> None:
-    """Decide every accepted message of the batch and hand the sendable ones to deliver."""
+    """Decide every accepted message of the batch and hand the sendable ones to deliver; a
+    message the batch cannot handle fails alone (tasks/isolation.py)."""
     config = current_settings()
+    isolation.in_halves(
+        ids,
+        lambda part: prepare_batch(config, part),
+        lambda message_id, why: isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why),
+    )
+
+
+def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
+    """One transaction over the batch: a fixed number of statements whatever its size."""
     with session_scope(config.database_url) as session:
         rows = prepare_store.load(session, ids)
         if not rows:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.delivery import fanout
 from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
-from app.enums import MessageStatus
+from app.enums import EventType, MessageStatus
 
 
 @dataclass(frozen=True)
@@ -166,13 +166,42 @@ def finalise(session: Session, outcomes: Sequence[Finalised]) -> list[LogEntry]:
         {
             "ids": [o.message_id for o in outcomes],
             "statuses": [o.status.value for o in outcomes],
-            "provider_ids": [o.provider_message_id for o in outcomes],
-            "errors": [o.error for o in outcomes],
+            # What a provider answered may hold what PostgreSQL refuses; the message must still be written.
+            "provider_ids": [o.provider_message_id and storable(o.provider_message_id) for o in outcomes],
+            "errors": [o.error and storable(o.error) for o in outcomes],
             "next_attempts": [o.next_attempt_at for o in outcomes],
             "refunds": [int(o.refund_attempt) for o in outcomes],
         },
     ).all()
     return [entry(row) for row in rows if row.status == MessageStatus.SENT]
+
+
+# An error kept on a message row: enough to act on, never a provider's whole answer.
+MAX_ERROR_CHARS = 1000
+
+
+def storable(text_value: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text_value` as PostgreSQL's text takes it: no NUL (it refuses the whole statement), bounded."""
+    return text_value.replace("\x00", "\\0")[:limit]
+
+
+def fail_alone(session: Session, message_id: str, expected: MessageStatus, error: str) -> bool:
+    """Fail one message still at `expected` with `error`, and log it; False if it had moved on."""
+    error = storable(error)
+    row = session.execute(
+        text(
+            """
+            UPDATE messages SET status = 'failed', error = :error, updated_at = now()
+            WHERE id = CAST(:id AS uuid) AND status = :expected
+            RETURNING project_id
+            """
+        ),
+        {"id": message_id, "expected": expected.value, "error": error},
+    ).first()
+    if row is None:
+        return False
+    record_events(session, [NewEvent(message_id, row.project_id, EventType.FAILED, {"reason": error})])
+    return True
 
 
 def record_events(session: Session, events: Sequence[NewEvent]) -> list[LogEntry]:

@@ -1,0 +1,67 @@
+"""One message's poison fails that message, never the batch it shares with other projects.
+
+Prepare and finalise run set-based over up to 500 messages of many projects in one
+transaction, so one message whose data the code cannot handle, or whose values the
+database refuses, would fail them all, again at every sweep. When such a step raises
+anything that is not the batch's own trouble (the database, Redis or the broker
+unreachable: those retry the whole batch, as before), the step runs again on each half,
+down to the message that fails alone, which is failed with the error as its reason. One
+poison in 500 costs about 2·log2(500) ≈ 18 more transactions, once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import kombu.exceptions
+import redis
+import sqlalchemy.exc
+
+from app.config import Settings
+from app.db import session_scope
+from app.delivery import store
+from app.enums import MessageStatus
+from app.observability.counters import increment
+from app.redis_client import redis_for
+
+logger = logging.getLogger(__name__)
+
+# Trouble that belongs to the batch, not to a message in it: the whole batch is retried.
+BATCH_WIDE: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
+
+
+def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], None], alone: Callable[[str, str], None]) -> None:
+    """Run `step` on `ids`; if it fails on a message's account, on each half instead, until
+    the message that fails alone is handed to `alone` with the reason."""
+    try:
+        step(ids)
+    except BATCH_WIDE:
+        raise
+    except Exception as error:
+        if len(ids) == 1:
+            alone(ids[0], reason(error))
+            return
+        middle = len(ids) // 2
+        in_halves(ids[:middle], step, alone)
+        in_halves(ids[middle:], step, alone)
+
+
+def reason(error: Exception) -> str:
+    return f"could not be processed: {type(error).__name__}: {error}"
+
+
+def fail_poisoned(config: Settings, stage: str, expected: MessageStatus, message_id: str, why: str) -> None:
+    """Fail one message that its batch step could not handle, with the reason in its timeline."""
+    logger.warning("message failed alone in %s: %s", stage, why, extra={"message_id": message_id})
+    with session_scope(config.database_url) as session:
+        failed = store.fail_alone(session, message_id, expected, f"{stage} {why}")
+    if failed:
+        increment(redis_for(config.redis_url), "poison_messages", stage=stage)

@@ -1,0 +1,140 @@
+"""A message its batch step cannot handle fails alone; the other projects' messages of its batch go on."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import pytest
+import sqlalchemy.exc
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from app.delivery import dispatch
+from tasks.isolation import in_halves
+from tests.conftest import create_project
+from tests.faults.stack import insert_accepted, new_project, statuses
+from tests.provider_server import json_response
+
+
+def test_a_poison_fails_alone_and_every_batch_mate_is_handled_once():
+    ids = [f"m{i}" for i in range(500)]
+    handled: Counter[str] = Counter()
+    calls: list[int] = []
+    alone: list[tuple[str, str]] = []
+
+    def step(part):
+        calls.append(len(part))
+        if "m137" in part:
+            raise ValueError("no such template version")
+        handled.update(part)
+
+    in_halves(ids, step, lambda message_id, why: alone.append((message_id, why)))
+    assert alone == [("m137", "could not be processed: ValueError: no such template version")]
+    assert set(handled) == set(ids) - {"m137"}
+    assert set(handled.values()) == {1}
+    assert len(calls) <= 1 + 2 * math.ceil(math.log2(len(ids)))
+
+
+def test_two_poisons_in_one_batch_each_fail_alone():
+    alone: list[str] = []
+
+    def step(part):
+        if {"b", "g"} & set(part):
+            raise KeyError("template")
+
+    in_halves(list("abcdefgh"), step, lambda message_id, _: alone.append(message_id))
+    assert sorted(alone) == ["b", "g"]
+
+
+def test_trouble_of_the_batch_itself_is_raised_whole_not_split():
+    calls: list[int] = []
+
+    def step(part):
+        calls.append(len(part))
+        raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        in_halves([f"m{i}" for i in range(100)], step, lambda *_: pytest.fail("a batch-wide error failed a message"))
+    assert calls == [100]
+
+
+def poison_counts(client) -> dict[str, float]:
+    families = text_string_to_metric_families(client.get("/metrics").get_data(as_text=True))
+    return {
+        sample.labels["stage"]: sample.value
+        for family in families
+        if family.name == "tidings_poison_messages"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+def wait_for(engine, ids, wanted, timeout=30.0) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = statuses(engine, ids)
+        if all(status in wanted for status in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.1)
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_poisoned_message_of_one_project_fails_alone_and_another_projects_99_are_sent_once(
+    client, engine, fake_provider
+):
+    """The poison: a message pinned to a template version that is not there (prepare cannot
+    render it). It shares one prepare task with 99 messages of another project."""
+    poisoned_project = create_project(client)
+    with engine.begin() as connection:
+        poison = connection.execute(
+            text(
+                """
+                WITH m AS (
+                    INSERT INTO messages (project_id, channel, status, priority, to_address, template, template_version)
+                    VALUES (:project, 'email', 'accepted', 'bulk', 'ada@example.com', 'gone', 7) RETURNING id
+                )
+                INSERT INTO message_contents (message_id) SELECT id FROM m RETURNING message_id::text
+                """
+            ),
+            {"project": poisoned_project.id},
+        ).scalar_one()
+    good = insert_accepted(engine, new_project(engine), 99)
+    before = poison_counts(client).get("prepare", 0)
+    (task,) = dispatch.prepare([*good[:50], poison, *good[50:]], "bulk")
+    task.apply_async()
+
+    seen = wait_for(engine, [poison, *good], {"sent", "failed"})
+    assert seen[poison] == "failed"
+    assert Counter(seen[i] for i in good) == Counter({"sent": 99})
+    ledger = Counter(r.message_id for r in fake_provider.delivered())
+    assert [ledger[i] for i in good] == [1] * 99
+    assert ledger[poison] == 0
+    failed = poisoned_project.get(poison).get_json()
+    assert "prepare could not be processed: KeyError" in failed["error"]
+    assert [e["type"] for e in failed["events"]][-1] == "failed"
+    assert poison_counts(client)["prepare"] == before + 1
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_provider_answer_postgresql_would_refuse_is_still_written(client, engine, fake_provider):
+    """A NUL in the provider's message id once made finalise fail for the whole batch, left `sending`."""
+
+    def nul_ids(request):
+        results = [
+            {"id": m["id"], "status": "accepted", "provider_id": "p\u0000q"} for m in request.get_json()["messages"]
+        ]
+        return json_response({"results": results})
+
+    fake_provider.override = nul_ids
+    ids = insert_accepted(engine, new_project(engine), 3)
+    for task in dispatch.prepare(ids, "bulk"):
+        task.apply_async()
+    assert wait_for(engine, ids, {"sent", "failed"}) == dict.fromkeys(ids, "sent")
+    with engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT DISTINCT provider_message_id FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": ids},
+        ).scalars()
+        assert list(stored) == ["p\\0q"]
