@@ -7,6 +7,12 @@ anything that is not the batch's own trouble (the database, Redis or the broker
 unreachable: those retry the whole batch, as before), the step runs again on each half,
 down to the message that fails alone, which is failed with the error as its reason. One
 poison in 500 costs about 2·log2(500) ≈ 18 more transactions, once.
+
+A message whose handling kills its worker (out of memory, a crash, a hard time limit)
+leaves no exception to catch: its runs are counted instead (UnfinishedRuns). The run
+after one that died goes one task per message, and a message whose own runs keep dying
+is failed without another try (tasks/prepare.py): a few worker deaths, whatever the size
+of its batch, and its batch-mates go on after the first.
 """
 
 from __future__ import annotations
@@ -38,6 +44,33 @@ BATCH_WIDE: tuple[type[BaseException], ...] = (
 )
 
 
+class UnfinishedRuns:
+    """Runs of a stage that started on a message and did not finish, per message, in Redis:
+    what is left of a batch whose worker was killed. One hash per stage; a finished run
+    deletes its messages' counts, so it holds only messages whose runs died."""
+
+    # Counts of messages that never come back (cancelled, erased) go with the hash after this.
+    KEEP_SECONDS = 24 * 3600
+
+    def __init__(self, client: redis.Redis, stage: str):
+        self.client = client
+        self.key = f"tidings:unfinished:{stage}"
+
+    def most(self, ids: Sequence[str]) -> int:
+        """The most unfinished runs any of `ids` has had."""
+        return max((int(count) for count in self.client.hmget(self.key, list(ids)) if count is not None), default=0)
+
+    def start(self, ids: Sequence[str]) -> None:
+        with self.client.pipeline(transaction=False) as pipe:
+            for message_id in ids:
+                pipe.hincrby(self.key, message_id, 1)
+            pipe.expire(self.key, self.KEEP_SECONDS)
+            pipe.execute()
+
+    def finish(self, ids: Sequence[str]) -> None:
+        self.client.hdel(self.key, *ids)
+
+
 def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], None], alone: Callable[[str, str], None]) -> None:
     """Run `step` on `ids`; if it fails on a message's account, on each half instead, until
     the message that fails alone is handed to `alone` with the reason."""
@@ -63,5 +96,6 @@ def fail_poisoned(config: Settings, stage: str, expected: MessageStatus, message
     logger.warning("message failed alone in %s: %s", stage, why, extra={"message_id": message_id})
     with session_scope(config.database_url) as session:
         failed = store.fail_alone(session, message_id, expected, f"{stage} {why}")
+    UnfinishedRuns(redis_for(config.redis_url), stage).finish([message_id])
     if failed:
         increment(redis_for(config.redis_url), "poison_messages", stage=stage)

@@ -36,27 +36,45 @@ from app.config import Settings, current_settings
 from app.content.addresses import normalise_address
 from app.content.rendering import RenderError, as_content, render_version
 from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
-from app.db import enqueue_after_commit, session_scope
+from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import dispatch, fanout, prepare_store, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.policy import ProjectRules, held_until, opted_out
 from app.delivery.prepare_store import Plan, Rendered
-from app.enums import Channel, EventType, MessageStatus
+from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
 from tasks import instrument, isolation, routing
 
+# A message whose own prepare runs died this often is failed instead of run again: more than
+# once, so that one deploy's hard kill never fails a message that was merely in flight.
+KILLED_RUNS = 3
+
 
 @celery_app.task(name="tidings.prepare")
-def prepare(ids: list[str]) -> None:
+def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Decide every accepted message of the batch and hand the sendable ones to deliver; a
     message the batch cannot handle fails alone (tasks/isolation.py)."""
     config = current_settings()
-    isolation.in_halves(
-        ids,
-        lambda part: prepare_batch(config, part),
-        lambda message_id, why: isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why),
-    )
+    runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
+    unfinished = runs.most(ids)
+    if unfinished and len(ids) > 1:  # a run holding some of these died: find the killer, one per task
+        for signature in dispatch.prepare(ids, priority, size=1):
+            publish(signature)
+        return
+    if unfinished >= KILLED_RUNS:
+        why = f"killed its worker {unfinished} times"
+        isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, ids[0], why)
+        return
+    runs.start(ids)
+    try:
+        isolation.in_halves(
+            ids,
+            lambda part: prepare_batch(config, part),
+            lambda message_id, why: isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why),
+        )
+    finally:  # an exception ended the run, not a death: it counts for nothing
+        runs.finish(ids)
 
 
 def prepare_batch(config: Settings, ids: Sequence[str]) -> None:

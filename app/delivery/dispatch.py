@@ -22,10 +22,10 @@ WEBHOOK_CHUNK = 50
 MIN_DELIVER_CHUNK = 50
 
 
-def prepare(ids: Sequence[str], priority: str) -> list[Signature]:
+def prepare(ids: Sequence[str], priority: str, size: int = CHUNK) -> list[Signature]:
     return [
-        celery_app.signature("tidings.prepare", args=(chunk,), queue=prepare_queue(priority))
-        for chunk in _chunks(ids, CHUNK)
+        celery_app.signature("tidings.prepare", args=(chunk, priority), queue=prepare_queue(priority))
+        for chunk in _chunks(ids, size)
     ]
 
 

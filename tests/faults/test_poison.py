@@ -1,0 +1,76 @@
+"""A message whose prepare kills its worker, every time: its batch-mates go on after the first
+death, and it is failed alone after a few, instead of taking a worker down at every sweep."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+from sqlalchemy import text
+
+from tests.faults.stack import insert_accepted, wait_until_terminal
+
+KILLS = 3  # tasks/prepare.py KILLED_RUNS
+
+
+def wait_until_stuck_on(engine, holder_pid: int, waiting_before: int, timeout: float = 30) -> int:
+    """Until one more backend waits for the lock the test holds: a prepare run is stuck on the poison."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with engine.connect() as connection:
+            waiting = connection.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"),
+                {"holder": holder_pid},
+            ).scalar_one()
+        if waiting > waiting_before:
+            return waiting
+        assert time.monotonic() < deadline, f"no prepare run got stuck on the poison ({waiting} waiting)"
+        time.sleep(0.05)
+
+
+def end_waiters(engine, holder_pid: int) -> None:
+    """A killed worker's backend waits on in the lock queue, holding its batch's row locks,
+    until PostgreSQL notices the client is gone (at the next read); here it is told at once."""
+    with engine.connect() as connection:
+        connection.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"),
+            {"holder": holder_pid},
+        )
+
+
+def test_a_message_that_kills_its_worker_fails_alone_and_its_batch_mates_are_sent_once(
+    make_stack, provider, engine, fault_project
+):
+    provider.deduplicate = False
+    stack = make_stack(FAKE_PROVIDER_IDEMPOTENT="false")
+    ids = insert_accepted(engine, fault_project, 20)
+    poison = ids[7]
+    with engine.connect() as holder:
+        # While this row lock is held, a prepare run that holds the poison waits forever where
+        # it writes its content: the stand-in for a message whose handling kills its worker.
+        holder.execute(text("SELECT 1 FROM message_contents WHERE message_id = :id FOR UPDATE"), {"id": poison})
+        holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        stack.publish_prepare(ids)
+        stack.start_beat()
+        for death in range(1, KILLS + 1):
+            stack.start_worker(f"worker{death}", "--concurrency", "2")
+            wait_until_stuck_on(engine, holder_pid, waiting_before=0)
+            if death > 1:  # the batch-mates went on after the first death; no kill lands mid-call
+                good = wait_until_terminal(engine, [i for i in ids if i != poison], timeout=60)
+                assert Counter(good.values()) == Counter({"sent": 19})
+            stack.signal(f"worker{death}", signal.SIGKILL)
+            end_waiters(engine, holder_pid)
+        stack.start_worker("survivor", "--concurrency", "2")
+        seen = wait_until_terminal(engine, ids, timeout=60)
+        holder.rollback()
+    assert seen[poison] == "failed"
+    assert Counter(seen.values()) == Counter({"sent": 19, "failed": 1})
+    ledger = Counter(r.message_id for r in provider.delivered())
+    assert all(ledger[message_id] == 1 for message_id in ids if message_id != poison)
+    assert ledger[poison] == 0
+    with engine.connect() as connection:
+        error = connection.execute(
+            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
+        ).scalar_one()
+    assert error == f"prepare killed its worker {KILLS} times"
