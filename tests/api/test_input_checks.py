@@ -1,0 +1,132 @@
+"""Every string that enters the API is checked: bodies, header-like fields, the URL, cursors, stored addresses.
+
+A hostile tenant with a project key must get a 4xx naming what it sent, never a 500 or a
+row that later breaks a worker batch; and nothing of a refused request is written.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from tests.api.test_errors import assert_error_shape
+from tests.conftest import ADMIN_KEY, bearer, email
+
+CONTROL_PROBLEM = "Contains control character U+{:04X}; only tab, line feed and carriage return may appear."
+NUL = CONTROL_PROBLEM.format(0)
+
+
+def rows(engine, sql: str, project_id: str) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text(sql), {"p": project_id}).scalar_one()
+
+
+MESSAGES = "SELECT count(*) FROM messages WHERE project_id = :p"
+SUBSCRIBERS = "SELECT count(*) FROM subscribers WHERE project_id = :p"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "errors", "written"),
+    [
+        pytest.param(
+            "POST", "/v1/messages", email(subject="Hi\x00"), {"content": {"subject": [NUL]}}, MESSAGES, id="messages"
+        ),
+        pytest.param(
+            "POST",
+            "/v1/messages/batch",
+            {
+                "channel": "email",
+                "content": {"subject": "News", "text": "Out."},
+                "recipients": [{"email": "a@example.com"}, {"email": "b@example.com", "data": {"name": "B\x00"}}],
+            },
+            {"recipients": {"1": {"data": {"name": [NUL]}}}},
+            "SELECT (SELECT count(*) FROM batches WHERE project_id = :p) + (" + MESSAGES + ")",
+            id="batch",
+        ),
+        pytest.param(
+            "PUT", "/v1/subscribers/u1", {"data": {"note": "\x00"}}, {"data": {"note": [NUL]}}, SUBSCRIBERS, id="put"
+        ),
+        pytest.param(
+            "POST",
+            "/v1/subscribers/import",
+            {"subscribers": [{"external_id": "u1"}, {"external_id": "u2", "locale": "de\x00"}]},
+            {"subscribers": {"1": {"locale": [NUL]}}},
+            SUBSCRIBERS,
+            id="import",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/templates",
+            {"key": "welcome", "channel": "email", "subject": "Hi", "text": "Welcome\x00"},
+            {"text": [NUL]},
+            "SELECT count(*) FROM templates WHERE project_id = :p",
+            id="templates",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/suppressions",
+            {"channel": "email", "address": "ada\x00@example.com"},
+            {"address": [NUL]},
+            "SELECT count(*) FROM suppressions WHERE project_id = :p",
+            id="suppressions",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/webhooks",
+            {"url": "https://hooks.example.com/t", "description": "ops\x00"},
+            {"description": [NUL]},
+            "SELECT count(*) FROM webhook_endpoints WHERE project_id = :p",
+            id="webhooks",
+        ),
+        pytest.param(
+            "PUT",
+            "/v1/subscribers/pref/preferences",
+            {"quiet_hours": {"start": "22:00\x00", "end": "08:00"}},
+            {"quiet_hours": {"start": [NUL]}},
+            "SELECT count(*) FROM subscribers WHERE project_id = :p AND preferences <> '{}'::jsonb",
+            id="preferences",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/admin/projects",
+            {"id": "evil-twin", "name": "Evil\x00"},
+            {"name": [NUL]},
+            "SELECT count(*) FROM projects WHERE id = 'evil-twin'",
+            id="admin-projects",
+        ),
+    ],
+)
+def test_a_nul_in_any_body_is_422_naming_the_field_and_writes_nothing(
+    project, engine, method, path, body, errors, written
+):
+    project.call("PUT", "/v1/subscribers/pref", {})
+    before = rows(engine, written, project.id)
+    key = ADMIN_KEY if path.startswith("/v1/admin/") else project.live_key
+    answer = project.call(method, path, body, key=key)
+    assert assert_error_shape(answer, 422)["errors"] == {"json": errors}
+    assert rows(engine, written, project.id) == before
+
+
+def test_other_control_characters_are_refused_in_keys_too_but_tab_and_line_breaks_are_text(project, engine):
+    escape = project.send(email(data={"colour\x1b[31m": "red"}))
+    assert assert_error_shape(escape, 422)["errors"] == {
+        "json": {"data": {"colour\x1b[31m": [CONTROL_PROBLEM.format(0x1B)]}}
+    }
+    backspace = project.send({**email(), "content": {"subject": "Hi", "text": "a\bb", "html": "<p>\f</p>"}})
+    assert assert_error_shape(backspace, 422)["errors"] == {
+        "json": {"content": {"text": [CONTROL_PROBLEM.format(8)], "html": [CONTROL_PROBLEM.format(0x0C)]}}
+    }
+    assert rows(engine, MESSAGES, project.id) == 0
+    text_body = {**email(), "content": {"subject": "Hi\tthere", "text": "line one\r\nline two\n\tindented"}}
+    assert project.send(text_body).status_code == 202
+    literal = project.send(email(subject="a backslash and u0000: \\u0000"))
+    assert literal.status_code == 202
+
+
+def test_escapes_are_found_however_the_client_writes_them(project, engine):
+    raw = '{"channel": "email", "to": {"email": "a@example.com"}, "content": {"subject": "s", "text": "a\\u001Fb"}}'
+    answer = project.client.post(
+        "/v1/messages", data=raw, content_type="application/json", headers=bearer(project.live_key)
+    )
+    assert assert_error_shape(answer, 422)["errors"] == {"json": {"content": {"text": [CONTROL_PROBLEM.format(0x1F)]}}}
+    assert rows(engine, MESSAGES, project.id) == 0
