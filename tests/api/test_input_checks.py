@@ -14,6 +14,7 @@ from tests.conftest import ADMIN_KEY, bearer, email
 
 CONTROL_PROBLEM = "Contains control character U+{:04X}; only tab, line feed and carriage return may appear."
 NUL = CONTROL_PROBLEM.format(0)
+LINE_BREAK = "Must be one line: no carriage return or line feed."
 
 
 def rows(engine, sql: str, project_id: str) -> int:
@@ -130,3 +131,119 @@ def test_escapes_are_found_however_the_client_writes_them(project, engine):
     )
     assert assert_error_shape(answer, 422)["errors"] == {"json": {"content": {"text": [CONTROL_PROBLEM.format(0x1F)]}}}
     assert rows(engine, MESSAGES, project.id) == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "errors"),
+    [
+        pytest.param(
+            "POST",
+            "/v1/messages",
+            email(subject="a\r\nBcc: x@evil.example"),
+            {"content": {"subject": [LINE_BREAK]}},
+            id="subject",
+        ),
+        pytest.param(
+            "POST", "/v1/messages", email(subject="a\nb"), {"content": {"subject": [LINE_BREAK]}}, id="subject-lf"
+        ),
+        pytest.param(
+            "POST",
+            "/v1/messages",
+            {"channel": "push", "to": {"device_token": "tok\r\nX-Evil: 1"}, "content": {"title": "t"}},
+            {"to": {"device_token": [LINE_BREAK]}},
+            id="device-token",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/messages/batch",
+            {
+                "channel": "email",
+                "content": {"subject": "a\rb", "text": "t"},
+                "recipients": [{"email": "a@example.com"}],
+            },
+            {"content": {"subject": [LINE_BREAK]}},
+            id="batch-subject",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/templates",
+            {"key": "welcome", "channel": "email", "subject": "Hi {{ name }}\r\nBcc: x@evil.example", "text": "t"},
+            {"subject": [LINE_BREAK]},
+            id="template-subject",
+        ),
+        pytest.param(
+            "PUT",
+            "/v1/subscribers/u1",
+            {
+                "email": "ada@example.com\r\nBcc: x@evil.example",
+                "phone": "+4915112345678\r\n1",
+                "push_tokens": ["t\n2"],
+            },
+            {"email": [LINE_BREAK], "phone": [LINE_BREAK], "push_tokens": {"0": [LINE_BREAK]}},
+            id="subscriber-addresses",
+        ),
+        pytest.param(
+            "PUT",
+            "/v1/subscribers/u1",
+            {"data": {"webhook_url": "https://hooks.example.com/\r\nHost: evil.example"}},
+            {"data": {"webhook_url": [LINE_BREAK]}},
+            id="subscriber-webhook-url",
+        ),
+    ],
+)
+def test_a_line_break_in_a_header_like_field_is_422_and_writes_nothing(project, engine, method, path, body, errors):
+    answer = project.call(method, path, body)
+    assert assert_error_shape(answer, 422)["errors"] == {"json": errors}
+    assert rows(engine, MESSAGES, project.id) == 0
+    assert rows(engine, SUBSCRIBERS, project.id) == 0
+
+
+def test_a_batch_row_with_a_line_break_in_its_address_is_rejected_by_index(project):
+    body = {
+        "channel": "email",
+        "content": {"subject": "News", "text": "Out."},
+        "recipients": [{"email": "a@example.com"}, {"email": "b@example.com\nBcc: x@evil.example"}],
+    }
+    answer = project.call("POST", "/v1/messages/batch", body)
+    assert answer.status_code == 202
+    assert answer.get_json()["rejected"] == [{"index": 1, "errors": {"email": [LINE_BREAK]}}]
+    assert answer.get_json()["accepted"] == 1
+
+
+@pytest.mark.parametrize(
+    ("webhook_url", "problem"),
+    [(1, "Not a valid URL."), (None, "Field may not be null."), ("ftp://files.example.com/x", "Not a valid URL.")],
+)
+def test_a_subscriber_webhook_url_must_be_an_http_url_string(project, webhook_url, problem):
+    answer = project.call("PUT", "/v1/subscribers/u1", {"data": {"webhook_url": webhook_url, "plan": "pro"}})
+    assert assert_error_shape(answer, 422)["errors"] == {"json": {"data": {"webhook_url": [problem]}}}
+    assert project.call("GET", "/v1/subscribers/u1").status_code == 404
+
+
+def test_a_subscriber_with_an_http_webhook_url_is_stored(project):
+    data = {"webhook_url": "http://hooks.internal:8080/u1", "plan": "pro"}
+    answer = project.call("PUT", "/v1/subscribers/u1", {"data": data})
+    assert answer.status_code == 201
+    assert project.call("GET", "/v1/subscribers/u1").get_json()["data"] == data
+
+
+def test_import_rejects_bad_addresses_by_index_and_writes_the_rest(project):
+    rows_in = [
+        {"external_id": "u1", "data": {"webhook_url": "https://hooks.example.com/u1"}},
+        {"external_id": "u2", "data": {"webhook_url": 1}},
+        {"external_id": "u3", "push_tokens": [7]},
+        {"external_id": "u4", "email": "d@example.com\r\nBcc: x@evil.example"},
+        {"external_id": "u5", "email": "e@example.com"},
+    ]
+    answer = project.call("POST", "/v1/subscribers/import", {"subscribers": rows_in})
+    assert answer.status_code == 200
+    assert answer.get_json() == {
+        "created": 2,
+        "updated": 0,
+        "rejected": [
+            {"index": 1, "errors": {"data": {"webhook_url": ["Not a valid URL."]}}},
+            {"index": 2, "errors": {"push_tokens": {"0": ["Not a valid string."]}}},
+            {"index": 3, "errors": {"email": [LINE_BREAK]}},
+        ],
+    }
+    assert [s["external_id"] for s in project.call("GET", "/v1/subscribers").get_json()["items"]] == ["u1", "u5"]
