@@ -6,7 +6,11 @@ row that later breaks a worker batch; and nothing of a refused request is writte
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
+import requests
 from sqlalchemy import text
 
 from tests.api.test_errors import assert_error_shape
@@ -247,3 +251,67 @@ def test_import_rejects_bad_addresses_by_index_and_writes_the_rest(project):
         ],
     }
     assert [s["external_id"] for s in project.call("GET", "/v1/subscribers").get_json()["items"]] == ["u1", "u5"]
+
+
+@pytest.mark.parametrize("route", ["/v1/events", "/v1/messages"])
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [("%00", "Contains a NUL character."), ("a%ffb", "Not valid UTF-8."), ("%C0%AF", "Not valid UTF-8.")],
+)
+def test_a_query_parameter_with_a_nul_or_bad_utf8_is_400(project, route, query, problem):
+    answer = project.client.get(f"{route}?limit=5&subscriber_id={query}", headers=bearer(project.live_key))
+    assert assert_error_shape(answer, 400)["errors"] == {"query": {"subscriber_id": [problem]}}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "parameter", "problem"),
+    [
+        ("GET", "/v1/subscribers/a%00b", "external_id", "Contains a NUL character."),
+        ("PUT", "/v1/subscribers/a%ffb/preferences", "external_id", "Not valid UTF-8."),
+        ("GET", "/v1/messages/%ff", "message_id", "Not valid UTF-8."),
+        ("DELETE", "/v1/suppressions/email/a%00%2Fb@example.com", "address", "Contains a NUL character."),
+        ("GET", "/v1/nowhere%00", "path", "Contains a NUL character."),
+    ],
+)
+def test_a_path_segment_with_a_nul_or_bad_utf8_is_400(project, method, path, parameter, problem):
+    answer = project.call(method, path, {} if method == "PUT" else None)
+    assert assert_error_shape(answer, 400)["errors"] == {"path": {parameter: [problem]}}
+
+
+def test_the_url_is_read_as_sent_over_real_http_too(project, live_api):
+    headers = bearer(project.live_key)
+    answer = requests.get(f"{live_api}/v1/subscribers/a%ffb", headers=headers, timeout=10)
+    assert (answer.status_code, answer.json()["errors"]) == (400, {"path": {"external_id": ["Not valid UTF-8."]}})
+    answer = requests.get(f"{live_api}/v1/events?subscriber_id=%00", headers=headers, timeout=10)
+    assert (answer.status_code, answer.json()["errors"]) == (
+        400,
+        {"query": {"subscriber_id": ["Contains a NUL character."]}},
+    )
+    assert requests.get(f"{live_api}/v1/subscribers/caf%C3%A9", headers=headers, timeout=10).status_code == 404
+
+
+def cursor_of(document: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("route", "cursor"),
+    [
+        ("/v1/events", "garbage"),
+        ("/v1/events", cursor_of(["not a time", "evt_1"])),
+        ("/v1/events", cursor_of(["2030-01-01T00:00:00", "evt_1"])),
+        ("/v1/messages", cursor_of(["2030-01-01T00:00:00+00:00", "not-a-uuid"])),
+        ("/v1/messages", "é"),
+        ("/v1/subscribers", cursor_of(["u\x00"])),
+        ("/v1/subscribers", cursor_of([1])),
+        ("/v1/subscribers", base64.urlsafe_b64encode(b"[" * 100_000).decode()),
+        ("/v1/suppressions", cursor_of(["fax", "a@example.com"])),
+        ("/v1/templates", cursor_of(["a", "b"])),
+        ("/v1/webhooks", cursor_of(["2030-01-01T00:00:00+00:00", "x"])),
+        ("/v1/subscribers/u1/inbox", cursor_of(["unread", "yesterday", "x"])),
+    ],
+)
+def test_a_cursor_this_list_did_not_give_out_is_400_naming_it(project, route, cursor):
+    project.call("PUT", "/v1/subscribers/u1", {})
+    answer = project.client.get(route, query_string={"cursor": cursor}, headers=bearer(project.live_key))
+    assert assert_error_shape(answer, 400)["errors"] == {"query": {"cursor": ["Not a cursor this list gave out."]}}
