@@ -18,10 +18,18 @@ from flask_smorest.utils import resolve_schema_instance
 from marshmallow import Schema, ValidationError
 from webargs.flaskparser import FlaskParser
 
+from app.errors import DEFAULT_MESSAGES, abort
 from app.schemas.text import control_characters
 
 
 class Parser(FlaskParser):
+    def load_json(self, req: flask.Request, schema: Schema) -> Any:
+        """A body nested deeper than Python's JSON parser can follow is malformed JSON too: a 400, not a 500."""
+        try:
+            return super().load_json(req, schema)
+        except RecursionError:
+            abort(400, DEFAULT_MESSAGES[400], errors={"json": ["Invalid JSON body."]})
+
     def pre_load(self, location_data: Any, *, schema: Schema, req: flask.Request, location: str) -> Any:
         """A control character anywhere in a JSON body is a 422 naming where it is."""
         if location == "json":

@@ -137,6 +137,15 @@ def test_escapes_are_found_however_the_client_writes_them(project, engine):
     assert rows(engine, MESSAGES, project.id) == 0
 
 
+def test_a_body_nested_deeper_than_the_json_parser_follows_is_400(project, engine):
+    deep = "[" * 100_000 + "]" * 100_000
+    answer = project.client.post(
+        "/v1/messages", data=deep, content_type="application/json", headers=bearer(project.live_key)
+    )
+    assert assert_error_shape(answer, 400)["errors"] == {"json": ["Invalid JSON body."]}
+    assert rows(engine, MESSAGES, project.id) == 0
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "errors"),
     [
