@@ -10,11 +10,10 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from marshmallow import Schema, fields, validate
-
-from app.errors import field_error
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -36,17 +35,32 @@ def encode_cursor(key: Sequence[str]) -> str:
     return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None, parts: int) -> list[str] | None:
-    """The sort key a cursor carries; a cursor we did not make is a 422."""
+class InvalidCursor(ValueError):
+    """A cursor this list did not give out: the caller's mistake, answered 400 by the API."""
+
+
+def aware_time(text: str) -> datetime:
+    """A cursor's timestamp, with its zone as every cursor we make has one."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError("no time zone")
+    return moment
+
+
+def decode_cursor(cursor: str | None, *parts: Callable[[str], Any]) -> tuple[Any, ...] | None:
+    """The sort key a cursor carries, each part read by its reader (`str`, `aware_time`,
+    `uuid.UUID`, an enum), so what reaches the query is what the list gave out."""
     if cursor is None:
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError):
-        key = None
-    if not (isinstance(key, list) and len(key) == parts and all(isinstance(k, str) for k in key)):
-        field_error(422, "Invalid request.", "query", "cursor", "Not a cursor this list gave out.")
-    return key
+        if not (isinstance(key, list) and len(key) == len(parts) and all(isinstance(k, str) for k in key)):
+            raise ValueError("not a list of strings")
+        if any("\x00" in k for k in key):
+            raise ValueError("a NUL character")
+        return tuple(read(k) for read, k in zip(parts, key, strict=True))
+    except (binascii.Error, ValueError, RecursionError) as error:
+        raise InvalidCursor("Not a cursor this list gave out.") from error
 
 
 def page(rows: Sequence[Any], limit: int, key: Callable[[Any], Sequence[str]]) -> dict[str, Any]:

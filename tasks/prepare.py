@@ -181,13 +181,18 @@ def render(row: Row, template: Row) -> Rendered:
 
 
 def resolve_address(row: Row) -> str | None:
-    """The message's own address, else its subscriber's for the channel; normalised."""
+    """The message's own address, else its subscriber's for the channel; normalised.
+
+    A value that is no string (`data.webhook_url` is the subscriber's own JSON, and rows
+    written before the API checked it may hold anything) is no address: that message fails
+    with its reason, and the rest of the batch goes on.
+    """
     address = row.to_address or subscriber_address(row)
-    return normalise_address(row.channel, address) if address else None
+    return normalise_address(row.channel, address) if isinstance(address, str) and address.strip() else None
 
 
-def subscriber_address(row: Row) -> str | None:
-    """The address a subscriber has for the message's channel, if any."""
+def subscriber_address(row: Row) -> Any:
+    """The address a subscriber has for the message's channel, if any, as stored."""
     if not row.has_subscriber:
         return None
     match row.channel:

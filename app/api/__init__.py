@@ -32,6 +32,7 @@ def create_app(settings: Settings) -> Flask:
         subscribers,
         suppressions,
         templates,
+        url_checks,
         webhooks,
     )
 
@@ -55,6 +56,7 @@ def create_app(settings: Settings) -> Flask:
     api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     install(app, api)
     requests.install(app)
+    url_checks.install(app)
     for blueprint in (
         health.blp,
         metrics.blp,

@@ -10,6 +10,7 @@ from app.delivery.policy import is_time_zone
 from app.enums import Channel, SuppressionReason
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.core import E164, MAX_TEXT, QuietHoursSchema, category_switches, channel_switches, locale_field
+from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 
 EXTERNAL_ID = validate.Length(1, 255)
 TEMPLATE_KEY = validate.Regexp(r"^[A-Za-z0-9_.-]{1,128}$", error="Use 1 to 128 of A-Z, a-z, 0-9, _ . and -.")
@@ -24,23 +25,40 @@ def strip_strings(data: Any) -> Any:
     return data
 
 
+class SubscriberData(fields.Dict):
+    """A subscriber's own data: free, but for `webhook_url`, where its webhook messages go,
+    which must be what a webhook send's `to.url` may be. Refused here, a bad one can never
+    reach a prepare batch."""
+
+    WEBHOOK_URL = webhook_url()
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
+        loaded = super()._deserialize(value, attr, data, **kwargs)
+        if "webhook_url" in loaded:
+            try:
+                self.WEBHOOK_URL.deserialize(loaded["webhook_url"])
+            except ValidationError as error:
+                raise ValidationError({"webhook_url": error.messages}) from error
+        return loaded
+
+
 class SubscriberSchema(Schema):
     """A subscriber's profile; PUT and import replace it whole (preferences are kept apart)."""
 
-    email = fields.Email(allow_none=True, load_default=None, validate=validate.Length(max=320))
-    phone = fields.String(
+    email = HeaderEmail(allow_none=True, load_default=None, validate=validate.Length(max=320))
+    phone = HeaderText(
         allow_none=True,
         load_default=None,
         validate=validate.Regexp(E164, error="Not a valid E.164 phone number."),
     )
     push_tokens = fields.List(
-        fields.String(validate=validate.Length(1, 4096)),
+        HeaderText(validate=validate.Length(1, 4096)),
         load_default=list,
         validate=validate.Length(max=MAX_PUSH_TOKENS),
     )
     locale = locale_field(allow_none=True, load_default=None)
     timezone = fields.String(allow_none=True, load_default=None, metadata={"example": "Europe/Berlin"})
-    data = fields.Dict(keys=fields.String(), load_default=dict)
+    data = SubscriberData(keys=fields.String(), load_default=dict)
 
     @pre_load
     def strip(self, data: Any, **_: Any) -> Any:
@@ -123,7 +141,7 @@ class TemplateContentSchema(Schema):
     leaves are templates)."""
 
     locale = locale_field(metadata={"description": "The variant this body sets; the default locale if absent."})
-    subject = fields.String(validate=validate.Length(1, 998))
+    subject = HeaderText(validate=validate.Length(1, 998))
     text = fields.String(validate=validate.Length(1, MAX_TEXT))
     html = fields.String(validate=validate.Length(1, MAX_TEXT))
     title = fields.String(validate=validate.Length(1, 1024))

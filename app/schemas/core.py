@@ -8,6 +8,7 @@ from marshmallow import Schema, ValidationError, fields, pre_load, validate, val
 
 from app.delivery.retention import DEFAULT_RETENTION_DAYS
 from app.enums import Channel, KeyKind, MessageStatus, Priority
+from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -163,10 +164,10 @@ class RecipientSchema(Schema):
     """Exactly one way to reach the recipient."""
 
     subscriber_id = fields.String(validate=validate.Length(1, 255))
-    email = fields.Email(validate=validate.Length(max=320))
-    phone = fields.String(validate=validate.Regexp(E164, error="Not a valid E.164 phone number."))
-    device_token = fields.String(validate=validate.Length(1, 4096))
-    url = fields.Url(schemes={"http", "https"}, require_tld=False)
+    email = HeaderEmail(validate=validate.Length(max=320))
+    phone = HeaderText(validate=validate.Regexp(E164, error="Not a valid E.164 phone number."))
+    device_token = HeaderText(validate=validate.Length(1, 4096))
+    url = webhook_url()
 
     @pre_load
     def strip_spaces(self, data: Any, **_: Any) -> Any:
@@ -182,7 +183,7 @@ class RecipientSchema(Schema):
 
 
 class ContentSchema(Schema):
-    subject = fields.String(validate=validate.Length(1, 998))
+    subject = HeaderText(validate=validate.Length(1, 998))
     text = fields.String(validate=validate.Length(1, MAX_TEXT))
     html = fields.String(validate=validate.Length(1, MAX_TEXT))
     title = fields.String(validate=validate.Length(1, 256))

@@ -9,6 +9,7 @@ from webargs.fields import DelimitedList
 
 from app.enums import PUBLIC_EVENT_TYPES, InboxStatus, WebhookDeliveryStatus
 from app.pagination import PageArgsSchema, page_schema
+from app.schemas.text import webhook_url
 
 EVENT_TYPE_NAMES = [t.value for t in PUBLIC_EVENT_TYPES]
 
@@ -41,7 +42,7 @@ LogPageSchema = page_schema(LogEntrySchema, "LogPage")
 
 
 class WebhookEndpointCreateSchema(Schema):
-    url = fields.Url(required=True, schemes={"http", "https"}, require_tld=False, validate=validate.Length(max=2048))
+    url = webhook_url(required=True, validate=validate.Length(max=2048))
     description = fields.String(validate=validate.Length(1, 200), allow_none=True)
     event_types = fields.List(
         fields.String(validate=validate.OneOf(EVENT_TYPE_NAMES)),
@@ -59,7 +60,7 @@ class WebhookEndpointCreateSchema(Schema):
 
 
 class WebhookEndpointUpdateSchema(WebhookEndpointCreateSchema):
-    url = fields.Url(schemes={"http", "https"}, require_tld=False, validate=validate.Length(max=2048))
+    url = webhook_url(validate=validate.Length(max=2048))
     event_types = fields.List(fields.String(validate=validate.OneOf(EVENT_TYPE_NAMES)))
     batch = fields.Boolean()
     enabled = fields.Boolean(metadata={"description": "true re-enables a disabled endpoint."})

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry, parse_id
 from app.enums import EventType
 from app.errors import field_error
-from app.pagination import decode_cursor, encode_cursor
+from app.pagination import aware_time, decode_cursor, encode_cursor
 
 INVALID = "Invalid request."
 # A resumed stream replays from this long before the last entry it delivered: an entry is
@@ -128,7 +128,7 @@ def fetch(session: Session, query: LogQuery, limit: int) -> list[LogEntry]:
 
 
 def list_events(db: sessionmaker[Session], project_id: str, filters: dict[str, Any]) -> dict[str, Any]:
-    after = decode_cursor(filters.get("cursor"), 2)
+    after = decode_cursor(filters.get("cursor"), aware_time, str)
     query = LogQuery(
         project_id,
         message_id=_text(filters.get("message_id")),
@@ -137,7 +137,7 @@ def list_events(db: sessionmaker[Session], project_id: str, filters: dict[str, A
         types=tuple(filters.get("type") or ()),
         since=filters.get("since"),
         until=filters.get("until"),
-        after=_position(after) if after else None,
+        after=after,
     )
     limit = filters["limit"]
     with db() as session:
@@ -148,13 +148,6 @@ def list_events(db: sessionmaker[Session], project_id: str, filters: dict[str, A
         "items": [e.public() for e in page],
         "next_cursor": encode_cursor([page[-1].at.isoformat(), page[-1].id]) if more else None,
     }
-
-
-def _position(cursor: list[str]) -> tuple[datetime, str]:
-    try:
-        return datetime.fromisoformat(cursor[0]), cursor[1]
-    except ValueError:
-        field_error(422, INVALID, "query", "cursor", "Not a cursor this list gave out.")
 
 
 def resume_point(db: sessionmaker[Session], project_id: str, last_event_id: str) -> tuple[datetime, str]:

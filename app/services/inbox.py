@@ -8,6 +8,7 @@ announced on the subscriber's inbox channel, so each open tab updates its unread
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from app.enums import InboxStatus
 from app.errors import abort, uuid_or_404
 from app.models import Subscriber
 from app.observability import live
-from app.pagination import decode_cursor, encode_cursor
+from app.pagination import aware_time, decode_cursor, encode_cursor
 
 ITEM_COLUMNS = """
     i.message_id::text AS id, i.status, i.created_at, i.read_at, i.archived_at, m.category,
@@ -52,7 +53,7 @@ def items_page(
     limit: int,
 ) -> dict[str, Any]:
     """Unread first, then read, newest first within each (archived ones only when asked)."""
-    after = decode_cursor(cursor, 3)
+    after = decode_cursor(cursor, str, aware_time, uuid.UUID)
     params = {**_scope(project_id, subscriber_id), "statuses": [status.value] if status else list(VISIBLE)}
     where = "i.project_id = :project AND i.subscriber_id = :subscriber AND i.status = ANY(CAST(:statuses AS text[]))"
     if after is not None:

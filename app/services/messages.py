@@ -18,7 +18,7 @@ from app.delivery.event_log import sent_data
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
 from app.models import Event, Message, MessageContent
-from app.pagination import decode_cursor, page
+from app.pagination import aware_time, decode_cursor, page
 from app.schemas.core import ADDRESS_FOR_CHANNEL
 from app.services import engagement, intake
 
@@ -126,21 +126,14 @@ def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str,
         query = query.where(Message.created_at >= filters["since"])
     if filters.get("until") is not None:
         query = query.where(Message.created_at < filters["until"])
-    after = decode_cursor(filters.get("cursor"), 2)
+    after = decode_cursor(filters.get("cursor"), aware_time, uuid.UUID)
     if after is not None:
-        query = query.where(tuple_(Message.created_at, Message.id) < tuple_(*cursor_key(after)))
+        query = query.where(tuple_(Message.created_at, Message.id) < tuple_(*after))
     with db() as session:
         rows = session.execute(query).all()
     result = page(rows, filters["limit"], key=lambda row: (row[0].created_at.isoformat(), str(row[0].id)))
     result["items"] = [message_view(message, meta) for message, meta in result["items"]]
     return result
-
-
-def cursor_key(after: list[str]) -> tuple[datetime, uuid.UUID]:
-    try:
-        return datetime.fromisoformat(after[0]), uuid.UUID(after[1])
-    except ValueError:
-        field_error(422, INVALID, "query", "cursor", "Not a cursor this list gave out.")
 
 
 CANCELLABLE = (MessageStatus.SCHEDULED, MessageStatus.ACCEPTED, MessageStatus.READY, MessageStatus.RETRYING)

@@ -99,7 +99,7 @@ def get(db: sessionmaker[Session], project_id: str, external_id: str) -> Subscri
 
 
 def list_page(db: sessionmaker[Session], project_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
-    after = decode_cursor(cursor, 1)
+    after = decode_cursor(cursor, str)
     query = select(Subscriber).where(Subscriber.project_id == project_id)
     if after is not None:
         query = query.where(Subscriber.external_id > after[0])

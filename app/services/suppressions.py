@@ -101,7 +101,7 @@ def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> 
 def list_page(
     db: sessionmaker[Session], project_id: str, channel: Channel | None, cursor: str | None, limit: int
 ) -> dict[str, Any]:
-    after = decode_cursor(cursor, 2)
+    after = decode_cursor(cursor, Channel, str)
     query = select(Suppression).where(Suppression.project_id == project_id)
     if channel is not None:
         query = query.where(Suppression.channel == channel)

@@ -77,7 +77,7 @@ def get(
 
 def list_page(db: sessionmaker[Session], project_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
     """The latest version of each key, by key."""
-    after = decode_cursor(cursor, 1)
+    after = decode_cursor(cursor, str)
     query = select(Template).where(Template.project_id == project_id)
     if after is not None:
         query = query.where(Template.key > after[0])

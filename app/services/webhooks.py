@@ -23,7 +23,7 @@ from app.delivery.webhook_store import webhook_id
 from app.enums import WebhookDeliveryStatus
 from app.errors import abort, uuid_or_404
 from app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from app.pagination import decode_cursor, page
+from app.pagination import aware_time, decode_cursor, page
 
 ROTATION_OVERLAP = timedelta(hours=24)
 
@@ -61,12 +61,10 @@ def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> 
 
 
 def list_page(db: sessionmaker[Session], project_id: str, cursor: str | None, limit: int) -> dict[str, Any]:
-    after = decode_cursor(cursor, 2)
+    after = decode_cursor(cursor, aware_time, uuid.UUID)
     query = select(WebhookEndpoint).where(WebhookEndpoint.project_id == project_id)
     if after is not None:
-        query = query.where(
-            tuple_(WebhookEndpoint.created_at, WebhookEndpoint.id) > (after[0], uuid_or_404(after[1], "cursor"))
-        )
+        query = query.where(tuple_(WebhookEndpoint.created_at, WebhookEndpoint.id) > after)
     with db() as session:
         rows = session.scalars(query.order_by(WebhookEndpoint.created_at, WebhookEndpoint.id).limit(limit + 1)).all()
     result = page(rows, limit, lambda e: [e.created_at.isoformat(), str(e.id)])
@@ -125,16 +123,14 @@ def deliveries(
     limit: int,
 ) -> dict[str, Any]:
     """The endpoint's deliveries, newest first, each with every attempt made."""
-    after = decode_cursor(cursor, 2)
+    after = decode_cursor(cursor, aware_time, uuid.UUID)
     with db() as session:
         endpoint = _endpoint(session, project_id, endpoint_id)
         query = select(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint.id)
         if status is not None:
             query = query.where(WebhookDelivery.status == status)
         if after is not None:
-            query = query.where(
-                tuple_(WebhookDelivery.created_at, WebhookDelivery.id) < (after[0], uuid_or_404(after[1], "cursor"))
-            )
+            query = query.where(tuple_(WebhookDelivery.created_at, WebhookDelivery.id) < after)
         rows = session.scalars(
             query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()).limit(limit + 1)
         ).all()

@@ -153,7 +153,7 @@ def test_bad_inbox_input_is_4xx(users):
     assert users.call("POST", "/v1/subscribers/u1/token", {"ttl_seconds": 5}).status_code == 422
     assert users.call("POST", "/v1/subscribers/nobody/token", {}).status_code == 404
     assert users.call("GET", "/v1/subscribers/u1/inbox?status=deleted").status_code == 422
-    assert users.call("GET", "/v1/subscribers/u1/inbox?cursor=junk").status_code == 422
+    assert users.call("GET", "/v1/subscribers/u1/inbox?cursor=junk").status_code == 400
     assert users.call("GET", "/v1/subscribers/nobody/inbox").status_code == 404
     assert users.call("POST", "/v1/subscribers/u1/inbox/not-an-id/read").status_code == 404
 

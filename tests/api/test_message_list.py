@@ -52,9 +52,13 @@ def test_list_shows_only_the_callers_project(client, project):
 
 def test_list_rejects_bad_filters(project):
     headers = {"Authorization": f"Bearer {project.live_key}"}
-    for query, field in (("limit=501", "limit"), ("status=lost", "status"), ("cursor=garbage", "cursor")):
+    for query, field, code in (
+        ("limit=501", "limit", 422),
+        ("status=lost", "status", 422),
+        ("cursor=garbage", "cursor", 400),
+    ):
         answer = project.client.get(f"/v1/messages?{query}", headers=headers)
-        assert answer.status_code == 422, query
+        assert answer.status_code == code, query
         assert field in answer.get_json()["errors"]["query"]
 
 

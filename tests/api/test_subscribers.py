@@ -75,7 +75,7 @@ def test_list_pages_with_a_cursor(project):
     assert [s["external_id"] for s in second["items"]] == ["c"]
     assert second["next_cursor"] is None
     bad = project.call("GET", "/v1/subscribers?cursor=garbage")
-    assert bad.status_code == 422
+    assert bad.status_code == 400
     assert bad.get_json()["errors"] == {"query": {"cursor": ["Not a cursor this list gave out."]}}
 
 

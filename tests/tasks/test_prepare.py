@@ -420,3 +420,33 @@ def test_render_time_per_message_over_500(audience, engine):
     assert rendered[0] == ("de", {"subject": "Hallo n0", "text": "Willkommen, n0."})
     assert rendered[1] == ("en", {"subject": "Hi n1", "text": "Welcome, n1 (pro)."})
     print(f"\nrender: {elapsed / 500 * 1e6:.0f} µs per message over 500 (email subject + text, 2 locales)")
+
+
+def test_a_stored_address_that_is_no_string_fails_its_message_alone(client, engine, fake_provider):
+    """A subscriber row written past the API's checks (`data.webhook_url` 1) fails its own
+    message with a reason, and another project's message in the same prepare batch is sent."""
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    hooks, other = create_project(client), create_project(client)
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO subscribers (project_id, external_id, data) VALUES (:p, 'u1', '{\"webhook_url\": 1}')"),
+            {"p": hooks.id},
+        )
+    to_hook = {"channel": "webhook", "to": {"subscriber_id": "u1"}, "content": {"text": "t"}, "scheduled_at": later}
+    bad = hooks.send(to_hook).get_json()["id"]
+    to_email = {"channel": "email", "to": {"email": "ada@example.com"}, "content": {"subject": "s", "text": "t"}}
+    good = other.send({**to_email, "scheduled_at": later}).get_json()["id"]
+    with engine.begin() as connection:  # both accepted, to be prepared by one task
+        connection.execute(
+            text(
+                "UPDATE messages SET status = 'accepted', scheduled_at = NULL, next_attempt_at = NULL "
+                "WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": [bad, good]},
+        )
+    prepare([bad, good])
+    assert other.wait_for(good)["status"] == "sent"
+    failed = hooks.get(bad).get_json()
+    reason = "subscriber 'u1' has no webhook address"
+    assert (failed["status"], failed["error"], failed["events"][-1]["data"]) == ("failed", reason, {"reason": reason})
+    assert [receipt.message_id for receipt in fake_provider.receipts] == [good]
