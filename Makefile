@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint fmt api worker beat flower migrate bench bench-compare drain load loadtest soak ramp bench-digest clean
+.PHONY: help install run test fuzz lint fmt api worker beat flower migrate bench bench-compare drain load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ run: $(STAMP) ## The whole stack (embedded PostgreSQL and Redis unless DATABASE_
 
 test: $(STAMP) ## The test suite (uses DATABASE_URL / REDIS_URL when set, embedded servers otherwise)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+fuzz: $(STAMP) ## Fuzz every API operation longer than the suite does (FUZZ_EXAMPLES per operation, 500)
+	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q tests/api/test_fuzz.py
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check .

@@ -11,6 +11,7 @@ from app.enums import Channel, SuppressionReason
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.core import E164, MAX_TEXT, QuietHoursSchema, category_switches, channel_switches, locale_field
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
+from app.schemas.times import UtcDateTime
 
 EXTERNAL_ID = validate.Length(1, 255)
 TEMPLATE_KEY = validate.Regexp(r"^[A-Za-z0-9_.-]{1,128}$", error="Use 1 to 128 of A-Z, a-z, 0-9, _ . and -.")
@@ -115,7 +116,7 @@ class SuppressionCreateSchema(Schema):
     channel = fields.Enum(Channel, by_value=True, required=True)
     address = fields.String(required=True, validate=validate.Length(1, 4096))
     reason = fields.Enum(SuppressionReason, by_value=True, load_default=SuppressionReason.MANUAL)
-    expires_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    expires_at = UtcDateTime(allow_none=True, load_default=None)
 
     @pre_load
     def strip(self, data: Any, **_: Any) -> Any:

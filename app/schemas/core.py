@@ -9,6 +9,7 @@ from marshmallow import Schema, ValidationError, fields, pre_load, validate, val
 from app.delivery.retention import DEFAULT_RETENTION_DAYS
 from app.enums import Channel, KeyKind, MessageStatus, Priority
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
+from app.schemas.times import UtcDateTime
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -25,7 +26,9 @@ def category_field(**kwargs: Any) -> fields.String:
 
 
 def locale_field(**kwargs: Any) -> fields.String:
-    return fields.String(validate=validate.Regexp(LOCALE, error="Not a locale like en or pt-BR."), **kwargs)
+    # 35 characters: what BCP 47 asks implementations to support, and the columns hold.
+    shape = [validate.Regexp(LOCALE, error="Not a locale like en or pt-BR."), validate.Length(max=35)]
+    return fields.String(validate=shape, **kwargs)
 
 
 def channel_switches(**kwargs: Any) -> fields.Dict:
@@ -199,7 +202,7 @@ class MessageFieldsSchema(Schema):
     content = fields.Nested(ContentSchema)
     category = category_field()
     priority = fields.Enum(Priority, by_value=True, load_default=Priority.TRANSACTIONAL)
-    scheduled_at = fields.AwareDateTime(allow_none=True)
+    scheduled_at = UtcDateTime(allow_none=True)
     metadata = fields.Dict(keys=fields.String())
     bypass_quiet_hours = fields.Boolean(
         load_default=False, metadata={"description": "Send at once even inside the recipient's quiet hours."}
@@ -245,8 +248,8 @@ class MessageQuerySchema(Schema):
     channel = fields.Enum(Channel, by_value=True)
     batch_id = fields.UUID()
     subscriber_id = fields.String(validate=validate.Length(1, 255))
-    since = fields.AwareDateTime()
-    until = fields.AwareDateTime()
+    since = UtcDateTime()
+    until = UtcDateTime()
     limit = fields.Integer(load_default=50, validate=validate.Range(1, 500))
     cursor = fields.String(validate=validate.Length(1, 200))
 
@@ -313,8 +316,8 @@ class RequeueSchema(Schema):
     project = fields.String(validate=validate.Regexp(PROJECT_ID))
     channel = fields.Enum(Channel, by_value=True)
     provider = fields.String(validate=validate.Length(1, 32))
-    since = fields.AwareDateTime()
-    until = fields.AwareDateTime()
+    since = UtcDateTime()
+    until = UtcDateTime()
     requested_by = fields.String(load_default="admin", validate=validate.Length(1, 200))
 
     @validates_schema
@@ -386,7 +389,7 @@ class ProviderStateSchema(Schema):
 
 
 class DigestQuerySchema(Schema):
-    since = fields.AwareDateTime(
+    since = UtcDateTime(
         metadata={
             "description": "Count messages created from this time, cut to the hour (to the day when older "
             "than two days). Default: 24 hours ago."

@@ -10,6 +10,7 @@ from webargs.fields import DelimitedList
 from app.enums import PUBLIC_EVENT_TYPES, InboxStatus, WebhookDeliveryStatus
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.text import webhook_url
+from app.schemas.times import UtcDateTime
 
 EVENT_TYPE_NAMES = [t.value for t in PUBLIC_EVENT_TYPES]
 
@@ -23,8 +24,8 @@ class EventQuerySchema(PageArgsSchema):
         validate=validate.Length(min=1),
         metadata={"description": "One type or several, comma-separated: `type=delivered,opened`."},
     )
-    since = fields.AwareDateTime()
-    until = fields.AwareDateTime()
+    since = UtcDateTime()
+    until = UtcDateTime()
 
 
 class LogEntrySchema(Schema):

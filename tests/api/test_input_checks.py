@@ -324,3 +324,29 @@ def test_a_cursor_this_list_did_not_give_out_is_400_naming_it(project, route, cu
     project.call("PUT", "/v1/subscribers/u1", {})
     answer = project.client.get(route, query_string={"cursor": cursor}, headers=bearer(project.live_key))
     assert assert_error_shape(answer, 400)["errors"] == {"query": {"cursor": ["Not a cursor this list gave out."]}}
+
+
+def test_a_time_with_an_offset_postgresql_refuses_is_read_in_utc(project):
+    """Python takes offsets up to ±23:59, PostgreSQL none past ±15:59: the time is compared in UTC."""
+    sent = project.send(email())
+    assert sent.status_code == 202
+    answer = project.call("GET", "/v1/messages?since=2026-01-01T08:06:31%2B20:01")
+    assert answer.status_code == 200, answer.get_json()
+    assert sent.get_json()["id"] in [m["id"] for m in answer.get_json()["items"]]
+    assert project.call("GET", "/v1/events?until=4416-05-27T11:33:07%2B23:04").status_code == 200
+
+
+def test_a_time_that_leaves_the_calendar_in_utc_is_422(project):
+    answer = project.call("GET", "/v1/messages?since=0001-01-01T00:00:00%2B20:00")
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"] == {
+        "query": {"since": ["Out of range: the time must fall within the years 1 to 9999 in UTC."]}
+    }
+
+
+def test_a_locale_longer_than_35_characters_is_422(project, engine):
+    locale = "en-" + "-".join(["abcdefgh"] * 4)  # 38 characters, shaped like a locale
+    answer = project.call("PUT", "/v1/subscribers/long-locale", {"email": "a@example.com", "locale": locale})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"] == {"json": {"locale": ["Longer than maximum length 35."]}}
+    assert rows(engine, SUBSCRIBERS, project.id) == 0
