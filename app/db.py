@@ -11,12 +11,21 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any, Protocol
 
-from celery.canvas import Signature
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 logger = logging.getLogger(__name__)
+
+
+class Publishable(Protocol):
+    """What the outbox publishes: a Celery Signature, or a project's fair bulk chunks
+    (app/delivery/fairness.py), which go to Redis before their tokens go to the broker."""
+
+    task: str
+
+    def apply_async(self, **options: Any) -> Any: ...
 
 
 @lru_cache(maxsize=8)
@@ -48,11 +57,11 @@ def session_scope(database_url: str) -> Iterator[Session]:
         yield session
 
 
-def enqueue_after_commit(session: Session, signature: Signature) -> None:
+def enqueue_after_commit(session: Session, signature: Publishable) -> None:
     session.info.setdefault("outbox", []).append(signature)
 
 
-def publish(signature: Signature) -> bool:
+def publish(signature: Publishable) -> bool:
     """Publish a task for committed rows now, retrying once; False if the broker would not take it.
 
     A failure is logged and not raised: the rows are committed, so nothing is lost, and

@@ -51,7 +51,7 @@ def release_due() -> dict[str, int]:
                              WHERE status = 'scheduled' AND COALESCE(next_attempt_at, scheduled_at) <= now()
                              ORDER BY COALESCE(next_attempt_at, scheduled_at) LIMIT :batch
                              FOR UPDATE SKIP LOCKED)
-                RETURNING id::text, priority
+                RETURNING id::text, project_id, priority
                 """
             ),
             {"batch": BATCH},
@@ -94,7 +94,7 @@ def sweep() -> dict[str, int]:
                                AND COALESCE(next_attempt_at, updated_at)
                                    < now() - make_interval(secs => :stalled)
                              LIMIT :batch FOR UPDATE SKIP LOCKED)
-                RETURNING id::text, status, provider, priority
+                RETURNING id::text, project_id, status, provider, priority
                 """
             ),
             {"batch": BATCH, "stalled": config.stalled_after},
@@ -158,11 +158,12 @@ def abandoned_event(row: Row) -> store.NewEvent:
 
 
 def enqueue_prepare(session: Session, rows: Sequence[Row]) -> None:
-    by_priority: dict[str, list[str]] = defaultdict(list)
+    """Per priority and project: bulk work goes back to its project's turn (app/delivery/fairness.py)."""
+    by_lane: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
-        by_priority[row.priority].append(row.id)
-    for priority, ids in by_priority.items():
-        for signature in dispatch.prepare(ids, priority):
+        by_lane[(row.priority, row.project_id)].append(row.id)
+    for (priority, project), ids in by_lane.items():
+        for signature in dispatch.prepare(ids, priority, project=project):
             enqueue_after_commit(session, signature)
 
 

@@ -37,11 +37,12 @@ from app.content.addresses import normalise_address
 from app.content.rendering import RenderError, as_content, render_version
 from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
 from app.db import enqueue_after_commit, publish, session_scope
-from app.delivery import dispatch, fanout, prepare_store, store
+from app.delivery import dispatch, fairness, fanout, prepare_store, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.policy import ProjectRules, held_until, opted_out
 from app.delivery.prepare_store import Plan, Rendered
+from app.delivery.queues import prepare_queue
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
 from tasks import instrument, isolation, routing
@@ -55,7 +56,21 @@ KILLED_RUNS = 3
 def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Decide every accepted message of the batch and hand the sendable ones to deliver; a
     message the batch cannot handle fails alone (tasks/isolation.py)."""
+    prepare_chunk(current_settings(), ids, priority)
+
+
+@celery_app.task(name="tidings.prepare_next")
+def prepare_next(priority: str = Priority.BULK) -> None:
+    """Prepare the bulk chunk whose project's turn it is (app/delivery/fairness.py)."""
     config = current_settings()
+    ids = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
+    if ids:
+        prepare_chunk(config, ids, priority)
+
+
+def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
+    """One chunk, however it came: a run that died before splits it, a message that kills
+    its worker is failed, one that raises fails alone (tasks/isolation.py)."""
     runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
     unfinished = runs.most(ids)
     if unfinished and len(ids) > 1:  # a run holding some of these died: find the killer, one per task

@@ -9,8 +9,11 @@ from collections.abc import Sequence
 
 from celery.canvas import Signature
 
+from app.db import Publishable
 from app.delivery.broker import celery_app
+from app.delivery.fairness import FairChunks
 from app.delivery.queues import WEBHOOKS_QUEUE, deliver_queue, prepare_queue
+from app.enums import Priority
 from providers import registry
 
 # Ids per task: large enough to make per-task overhead vanish, small enough to finish fast.
@@ -22,10 +25,14 @@ WEBHOOK_CHUNK = 50
 MIN_DELIVER_CHUNK = 50
 
 
-def prepare(ids: Sequence[str], priority: str, size: int = CHUNK) -> list[Signature]:
+def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None) -> list[Publishable]:
+    """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py)."""
+    chunks = _chunks(ids, size)
+    if project is not None and priority == Priority.BULK:
+        return [FairChunks(project, priority, chunks)] if chunks else []
     return [
         celery_app.signature("tidings.prepare", args=(chunk, priority), queue=prepare_queue(priority))
-        for chunk in _chunks(ids, size)
+        for chunk in chunks
     ]
 
 

@@ -119,7 +119,7 @@ def send_batch(
             return _replay(session, caller.project_id, idempotency_key, raw_body)
         ids = intake.copy_messages(session, caller.project_id, common, recipients)
         if common.status is MessageStatus.ACCEPTED:
-            for signature in dispatch.prepare(ids, common.priority):
+            for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
                 enqueue_after_commit(session, signature)
     return Accepted(body, replayed=False)
 

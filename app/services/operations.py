@@ -68,9 +68,9 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
                 for row in rows
             ],
         )
-        for priority in {row.priority for row in rows}:
-            ids = [row.id for row in rows if row.priority == priority]
-            for signature in dispatch.prepare(ids, priority):
+        for priority, project in {(row.priority, row.project_id) for row in rows}:
+            ids = [row.id for row in rows if (row.priority, row.project_id) == (priority, project)]
+            for signature in dispatch.prepare(ids, priority, project=project):
                 enqueue_after_commit(session, signature)
     return len(rows)
 

@@ -18,7 +18,13 @@ from tasks.celery_app import BEAT_TASKS
 def test_every_task_has_an_explicit_readable_name():
     celery_app.loader.import_default_modules()  # what a worker imports at start
     ours = {name for name in celery_app.tasks if not name.startswith("celery.")}
-    assert ours == {"tidings.prepare", "tidings.deliver", "tidings.webhooks.deliver", *BEAT_TASKS}
+    assert ours == {
+        "tidings.prepare",
+        "tidings.prepare_next",
+        "tidings.deliver",
+        "tidings.webhooks.deliver",
+        *BEAT_TASKS,
+    }
     for name in ours:
         assert celery_app.tasks[name].run.__name__ != "<lambda>"
 
