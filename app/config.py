@@ -56,6 +56,8 @@ class Settings:
     secret_key: str
     # Each channel's providers in failover order: the first whose circuit is closed is used.
     chains: Mapping[Channel, tuple[str, ...]]
+    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`.
+    metrics_token: str | None = None
     max_attempts: Mapping[Channel, int] = field(default_factory=dict)
     # Messages per second each provider may take, shared by every worker; None: no limit.
     rates: Mapping[str, float | None] = field(default_factory=dict)
@@ -110,6 +112,7 @@ class Settings:
             admin_key=_secret(env, "TIDINGS_ADMIN_KEY"),
             secret_key=_secret(env, "TIDINGS_SECRET_KEY"),
             chains=chains,
+            metrics_token=_secret(env, "METRICS_TOKEN") if env.get("METRICS_TOKEN", "").strip() else None,
             max_attempts={
                 channel: _int(env, f"{channel.upper()}_MAX_ATTEMPTS", default_attempts, minimum=1)
                 for channel in DELIVERING_CHANNELS
