@@ -66,6 +66,17 @@ def find_caller(session: Session, token: str) -> Caller | None:
     return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind))
 
 
+def find_project_caller(session: Session, project_id: str) -> Caller | None:
+    """Who a subscriber token of `project_id` acts as: the project, as a live key would
+    (the token itself opens one subscriber's inbox only); None once the project is gone."""
+    row = session.execute(
+        select(Project.id, Project.channels, Project.rate_limit_per_min).where(Project.id == project_id)
+    ).first()
+    if row is None:
+        return None
+    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind.LIVE)
+
+
 def bearer_is(secret: str) -> bool:
     """Whether the request's bearer token is `secret`, compared in constant time."""
     token = bearer_token()
