@@ -56,6 +56,8 @@ class Settings:
     secret_key: str
     # Each channel's providers in failover order: the first whose circuit is closed is used.
     chains: Mapping[Channel, tuple[str, ...]]
+    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`.
+    metrics_token: str | None = None
     max_attempts: Mapping[Channel, int] = field(default_factory=dict)
     # Messages per second each provider may take, shared by every worker; None: no limit.
     rates: Mapping[str, float | None] = field(default_factory=dict)
@@ -78,9 +80,12 @@ class Settings:
     # Outbound webhooks: networks plain http and private addresses may reach, and the timeout.
     webhook_allowed_networks: tuple[Network, ...] = ()
     webhook_timeout: float = 10.0
-    # Seconds between keep-alive comments on an idle event stream.
+    # Seconds between keep-alive comments on an idle event stream; a stream's key is checked as often.
     stream_heartbeat: float = 15.0
     api_threads: int = 32
+    # Of an API process's streams (api_threads - 4), what one project, and one inbox token, may hold.
+    streams_per_project: int = 8
+    streams_per_inbox_token: int = 2
     # Seconds an accepted single send may wait for others to share its prepare task
     # (app/delivery/coalescer.py); a send after a quiet spell does not wait at all.
     prepare_linger: float = 0.05
@@ -110,6 +115,7 @@ class Settings:
             admin_key=_secret(env, "TIDINGS_ADMIN_KEY"),
             secret_key=_secret(env, "TIDINGS_SECRET_KEY"),
             chains=chains,
+            metrics_token=_secret(env, "METRICS_TOKEN") if env.get("METRICS_TOKEN", "").strip() else None,
             max_attempts={
                 channel: _int(env, f"{channel.upper()}_MAX_ATTEMPTS", default_attempts, minimum=1)
                 for channel in DELIVERING_CHANNELS
@@ -138,6 +144,8 @@ class Settings:
             webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
             stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
             api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
+            streams_per_project=_int(env, "STREAMS_PER_PROJECT", 8, minimum=1),
+            streams_per_inbox_token=_int(env, "STREAMS_PER_INBOX_TOKEN", 2, minimum=1),
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             environ=env,
         )

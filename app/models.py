@@ -113,7 +113,8 @@ class Subscriber(Base):
 class Message(Base):
     __tablename__ = "messages"
     __table_args__ = (
-        UniqueConstraint("project_id", "idempotency_key", name="uq_messages_project_idempotency_key"),
+        # A project's test key and live key each have their own Idempotency-Keys.
+        UniqueConstraint("project_id", "test", "idempotency_key", name="uq_messages_project_test_idempotency_key"),
         Index("ix_messages_project_created", "project_id", "created_at"),
         # Erasure finds a subscriber's messages by it.
         Index(
@@ -183,7 +184,9 @@ class Batch(Base):
     """
 
     __tablename__ = "batches"
-    __table_args__ = (UniqueConstraint("project_id", "idempotency_key", name="uq_batches_project_idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("project_id", "test", "idempotency_key", name="uq_batches_project_test_idempotency_key"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))

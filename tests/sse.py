@@ -50,6 +50,14 @@ class SseClient:
                 return message
         raise AssertionError("no data in time")
 
+    def count_until_the_end(self, most: int = 20, timeout: float = 5) -> int | None:
+        """How many messages (heartbeats, say) came before the stream ended; None if it had
+        not ended after `most` of them."""
+        for seen in range(most):
+            if self.next(timeout=timeout) is None:
+                return seen
+        return None
+
     def close(self) -> None:
         self.response.close()
         self.connection.close()

@@ -21,7 +21,7 @@ from tasks.backlog import measure_backlog
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 ROLES = {"api", "worker", "beat", "flower"}
-REQUIRED = {"TIDINGS_ADMIN_KEY", "TIDINGS_SECRET_KEY", "FLOWER_BASIC_AUTH"}
+REQUIRED = {"TIDINGS_ADMIN_KEY", "TIDINGS_SECRET_KEY", "FLOWER_BASIC_AUTH", "METRICS_TOKEN"}
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
 
 
@@ -178,3 +178,13 @@ def test_alert_rules_and_dashboard_name_only_exported_metrics(exported):
             assert name in exported, (name, expression)
     scrape = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
     assert scrape["static_configs"][0]["targets"] == ["api:8000"]
+
+
+def test_prometheus_scrapes_with_the_token_the_api_asks_for(services, raw):
+    """compose hands METRICS_TOKEN to the API as a setting and to Prometheus as a secret file,
+    which its scrape config sends as the bearer token."""
+    assert services["api"]["environment"]["METRICS_TOKEN"] == "<METRICS_TOKEN>"
+    assert raw["secrets"]["metrics_token"] == {"environment": "METRICS_TOKEN"}
+    assert services["prometheus"]["secrets"] == ["metrics_token"]
+    scrape = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/metrics_token"}

@@ -12,6 +12,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from flask import g, request
 from sqlalchemy import select
@@ -65,8 +66,25 @@ def find_caller(session: Session, token: str) -> Caller | None:
     return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind))
 
 
-def unauthorized() -> None:
-    abort(401, "A valid API key is required.", headers={"WWW-Authenticate": "Bearer"})
+def find_project_caller(session: Session, project_id: str) -> Caller | None:
+    """Who a subscriber token of `project_id` acts as: the project, as a live key would
+    (the token itself opens one subscriber's inbox only); None once the project is gone."""
+    row = session.execute(
+        select(Project.id, Project.channels, Project.rate_limit_per_min).where(Project.id == project_id)
+    ).first()
+    if row is None:
+        return None
+    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind.LIVE)
+
+
+def bearer_is(secret: str) -> bool:
+    """Whether the request's bearer token is `secret`, compared in constant time."""
+    token = bearer_token()
+    return token is not None and hmac.compare_digest(token.encode(), secret.encode())
+
+
+def unauthorized(message: str = "A valid API key is required.") -> NoReturn:
+    abort(401, message, headers={"WWW-Authenticate": "Bearer"})
 
 
 def require_project_key(look_up: Callable[[str], Caller | None]) -> Caller:
@@ -83,9 +101,9 @@ def require_project_key(look_up: Callable[[str], Caller | None]) -> Caller:
 
 def require_admin_key(db: sessionmaker[Session], admin_key: str) -> None:
     """Authenticate an admin route: a project key here is a 403, anything else a 401."""
-    token = bearer_token()
-    if token is not None and hmac.compare_digest(token.encode(), admin_key.encode()):
+    if bearer_is(admin_key):
         return
+    token = bearer_token()
     if token is not None:
         with db() as session:
             if find_caller(session, token) is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response, g, request
 
 from app.api.context import context
-from app.api.project import project_blueprint
+from app.api.project import key_still_valid, project_blueprint
 from app.schemas.events import EventQuerySchema, LogPageSchema
 from app.services import events, live_streams
 
@@ -24,10 +24,12 @@ def list_events(filters: dict[str, Any]):
 
 @blp.route("/events/stream", methods=["GET"])
 @blp.response(200, content_type="text/event-stream")
+@blp.alt_response(429)
 @blp.alt_response(503)
 def stream_events() -> Response:
     """Server-Sent Events: every new log entry as it happens. With `Last-Event-ID`, first
     the entries since (from a few seconds before, so deduplicate on `id`)."""
     ctx = context()
-    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
-    return live_streams.project_stream(streaming, g.caller.project_id, request.headers.get("Last-Event-ID"))
+    streaming = live_streams.Streaming.of(ctx.db, ctx.hub, ctx.settings)
+    last_event_id = request.headers.get("Last-Event-ID")
+    return live_streams.project_stream(streaming, g.caller.project_id, last_event_id, key_still_valid())

@@ -7,18 +7,19 @@ Answers allow any origin: the token travels in a header or the URL, never in a c
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import Response, g, request
 
-from app.access.auth import Caller, bearer_token, unauthorized
+from app.access.auth import bearer_token, unauthorized
 from app.api.blueprint import Blueprint
 from app.api.context import context
 from app.api.project import add_rate_limit_headers, authenticate_and_limit, limit
 from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, verify
-from app.enums import InboxStatus, KeyKind
+from app.enums import InboxStatus
 from app.errors import abort
-from app.models import Project
 from app.schemas.events import ChangedSchema, InboxCountSchema, InboxItemSchema, InboxPageSchema, InboxQuerySchema
 from app.services import inbox, live_streams
 
@@ -40,16 +41,15 @@ def authenticate() -> None:
     verified = verify(Purpose.SUBSCRIBER, token.removeprefix(SUBSCRIBER_TOKEN_PREFIX))
     if verified is None or verified.expired:
         unauthorized()
-    ctx = context()
-    with ctx.db() as session:
-        project = session.get(Project, verified.claims["p"])
-    if project is None:
+    caller = context().callers.project_caller(verified.claims["p"])
+    if caller is None:
         unauthorized()
-    g.caller = Caller(project.id, tuple(project.channels), project.rate_limit_per_min, KeyKind.LIVE)
+    g.caller = caller
     g.subscriber_scope = verified.claims["s"]
+    g.subscriber_token = token
     g.token_expires_at = verified.expires_at
     # Browsers get a budget of their own, so they can never use up the backend's.
-    limit(f"{project.id}:inbox", project.rate_limit_per_min)
+    limit(f"{caller.project_id}:inbox", caller.rate_limit_per_min)
 
 
 blp.after_request(add_rate_limit_headers)
@@ -108,6 +108,7 @@ def archive(subscriber_id: str, message_id: str):
 
 @blp.route("/inbox/stream", methods=["GET"])
 @blp.response(200, content_type="text/event-stream")
+@blp.alt_response(429)
 @blp.alt_response(503)
 def stream_inbox() -> Response:
     """Server-Sent Events for the token's subscriber: `item` for each new notification,
@@ -115,5 +116,16 @@ def stream_inbox() -> Response:
     if g.subscriber_scope is None:
         abort(403, "The inbox stream takes a subscriber token (POST /v1/subscribers/{id}/token).")
     ctx = context()
-    streaming = live_streams.Streaming(ctx.db, ctx.hub, ctx.settings.stream_heartbeat)
-    return live_streams.inbox_stream(streaming, g.caller.project_id, g.subscriber_scope, g.token_expires_at)
+    streaming = live_streams.Streaming.of(ctx.db, ctx.hub, ctx.settings)
+    return live_streams.inbox_stream(
+        streaming, g.caller.project_id, g.subscriber_scope, g.subscriber_token, token_still_valid()
+    )
+
+
+def token_still_valid() -> Callable[[], bool]:
+    """For the stream, which outlives this request: whether its token has not expired and its
+    project is still there, unchanged (one Redis GET while nothing changed)."""
+    callers, caller, expires_at = context().callers, g.caller, g.token_expires_at
+    return lambda: (
+        (expires_at is None or time.time() < expires_at) and callers.project_caller(caller.project_id) == caller
+    )

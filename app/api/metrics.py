@@ -5,6 +5,9 @@ Nothing here is per process: workers add their counts and histograms to Redis
 breaker state is read where the workers keep it. So one scrape of any API process sees
 every worker on every machine, however many prefork children or autoscaled workers
 came and went.
+
+With METRICS_TOKEN set, a scrape must bring it as a bearer token: the numbers name
+projects and providers, and the API may face the internet.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from flask import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from app.access.auth import bearer_is, unauthorized
 from app.api.blueprint import Blueprint
 from app.api.context import Context, context
 from app.api.requests import request_tally
@@ -49,6 +53,9 @@ class ProviderStateCollector:
 @blp.route("/metrics")
 def metrics() -> Response:
     ctx = context()
+    token = ctx.settings.metrics_token
+    if token is not None and not bearer_is(token):
+        unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
     request_tally.flush(ctx.redis)
     registry = CollectorRegistry(auto_describe=False)
     for collector in (RedisCounterCollector(ctx.redis), GaugeCollector(ctx.redis), ProviderStateCollector(ctx)):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flask import Response, current_app, g, request
 
-from app.access.auth import require_project_key
+from app.access.auth import bearer_token, require_project_key
 from app.api.blueprint import Blueprint
 from app.api.context import context
 from app.errors import View, abort
@@ -32,6 +34,14 @@ def raise_body_limit() -> None:
     view = current_app.view_functions.get(request.endpoint or "")
     if getattr(view, "large_body", False):
         request.max_content_length = LARGE_BODY_BYTES
+
+
+def key_still_valid() -> Callable[[], bool]:
+    """For a stream, which outlives its request: whether the request's key still
+    authenticates the same caller, so not once it is revoked or its project changed or
+    deleted (one Redis GET while nothing changed: app/access/caller_cache.py)."""
+    callers, token, caller = context().callers, bearer_token(), g.caller
+    return lambda: token is not None and callers.caller(token) == caller
 
 
 def authenticate_and_limit() -> None:

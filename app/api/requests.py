@@ -18,7 +18,11 @@ from app.observability.counters import BufferedTally, Tally
 access_log = logging.getLogger("tidings.access")
 
 request_tally = BufferedTally(interval=1.0)
+# Labels take only values we chose: a path no route matches is one series, and so is any
+# method but the standard ones (a client may send `BREW`, or `A|B`, on any route).
 UNMATCHED = "<unmatched>"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
 
 
 def install(app: Flask) -> None:
@@ -37,9 +41,10 @@ def _finish(response: Response) -> Response:
         return response
     seconds = time.perf_counter() - started
     route = request.url_rule.rule if request.url_rule is not None else UNMATCHED
+    method = request.method if request.method in METHODS else OTHER_METHOD
     tally = Tally()
-    tally.count("http_requests", method=request.method, route=route, status=str(response.status_code))
-    tally.observe("http_request_seconds", [seconds], method=request.method, route=route)
+    tally.count("http_requests", method=method, route=route, status=str(response.status_code))
+    tally.observe("http_request_seconds", [seconds], method=method, route=route)
     request_tally.add(context().redis, tally)
     caller = getattr(g, "caller", None)
     if caller is not None:

@@ -9,6 +9,13 @@ A histogram is a counter per bucket (not cumulative: a worker adds to the one bu
 value falls in) plus a float sum; the collector makes the buckets cumulative at scrape
 time. Work is gathered in a `Tally` and written in one pipelined round trip per batch,
 never per message.
+
+A hash field is `name|labels[|part]`, labels being `key=value` pairs joined by commas. Values
+are percent-quoted wherever they hold a separator (or anything but what routes, queues and
+provider names are made of), so no value can be read back as other labels; a field that is
+not the exact encoding of what it decodes to (written before values were quoted, or by hand)
+is left out of the scrape rather than break it. The Prometheus text itself is produced by
+`prometheus_client`, which escapes backslashes, double quotes and newlines in label values.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from urllib.parse import quote, unquote
 
 import redis
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -62,10 +70,17 @@ HISTOGRAMS: dict[str, tuple[str, tuple[float, ...]]] = {
 }
 SUM = "sum"
 INF = "+Inf"
+# What may follow a histogram's labels in a field: a bucket's upper bound, or the sum.
+HISTOGRAM_PARTS = {name: {*(repr(b) for b in bounds), INF, SUM} for name, (_, bounds) in HISTOGRAMS.items()}
+
+
+# Kept as they are in label values: what routes (`/v1/messages/<message_id>`), queues and
+# names are made of. Everything else, `|`, `,`, `=` and `%` among it, is percent-quoted.
+PLAIN = "/<>"
 
 
 def labels_text(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return ",".join(f"{k}={quote(v, safe=PLAIN)}" for k, v in sorted(labels.items()))
 
 
 class Tally:
@@ -171,10 +186,12 @@ class RedisCounterCollector:
         histograms: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         for raw_field, raw_value in values.items():
             name, _, rest = raw_field.decode().partition("|")
-            label_text, _, part = rest.partition("|")
-            if name in HISTOGRAMS and part:
-                histograms[name][label_text][part] = float(raw_value)
-            elif name in COUNTERS:
+            label_text, *part = rest.split("|")
+            if not well_formed(label_text):
+                continue
+            if name in HISTOGRAMS and len(part) == 1 and part[0] in HISTOGRAM_PARTS[name]:
+                histograms[name][label_text][part[0]] = float(raw_value)
+            elif name in COUNTERS and not part:
                 counters[name][label_text] = float(raw_value)
         # Every declared family is exported, counted yet or not, so dashboards and alert
         # rules find the metric from the first scrape.
@@ -185,32 +202,36 @@ class RedisCounterCollector:
 
 
 def parse_labels(label_text: str) -> dict[str, str]:
-    return dict(pair.split("=", 1) for pair in label_text.split(",") if pair)
+    pairs = (pair.partition("=") for pair in label_text.split(",") if pair)
+    return {key: unquote(value) for key, _, value in pairs}
 
 
-def label_names(series: Mapping[str, object]) -> list[str]:
-    """A family's label names: every series of one family is counted with the same ones."""
-    return sorted(parse_labels(next(iter(series), "")))
+def well_formed(label_text: str) -> bool:
+    """Whether `label_text` is exactly how `labels_text` writes what it decodes to; a field
+    that is not (see the module's docstring) is left out of the scrape."""
+    return labels_text(parse_labels(label_text)) == label_text
 
 
 def _counter_family(name: str, help_text: str, series: Mapping[str, float]) -> CounterMetricFamily:
-    names = label_names(series)
-    family = CounterMetricFamily(f"tidings_{name}", help_text, labels=names)
+    """Each series with the labels it was counted with, so one whose labels differ from its
+    neighbours' (a label added in a later release, a field written by hand) cannot fail the
+    scrape."""
+    family = CounterMetricFamily(f"tidings_{name}", help_text)
     for label_text, value in series.items():
-        labels = parse_labels(label_text)
-        family.add_metric([labels[k] for k in names], value)
+        family.add_sample(f"{family.name}_total", parse_labels(label_text), value)
     return family
 
 
 def _histogram_family(name: str, series: Mapping[str, Mapping[str, float]]) -> HistogramMetricFamily:
+    """Cumulative buckets, count and sum per series, each with its own labels (as counters)."""
     help_text, bounds = HISTOGRAMS[name]
-    names = label_names(series)
-    family = HistogramMetricFamily(f"tidings_{name}", help_text, labels=names)
+    family = HistogramMetricFamily(f"tidings_{name}", help_text)
     for label_text, parts in series.items():
         labels = parse_labels(label_text)
-        running, buckets = 0.0, []
+        running = 0.0
         for bound in [*(repr(b) for b in bounds), INF]:
             running += parts.get(bound, 0.0)
-            buckets.append((bound, running))
-        family.add_metric([labels[k] for k in names], buckets, parts.get(SUM, 0.0))
+            family.add_sample(f"{family.name}_bucket", {**labels, "le": bound}, running)
+        family.add_sample(f"{family.name}_count", labels, running)
+        family.add_sample(f"{family.name}_sum", labels, parts.get(SUM, 0.0))
     return family

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 from prometheus_client.core import GaugeMetricFamily
 
-from app.observability.counters import label_names, labels_text, parse_labels
+from app.observability.counters import labels_text, parse_labels, well_formed
 
 HASH = "tidings:gauges"
 MEASURED_AT = "measured_at"
@@ -67,13 +67,11 @@ class GaugeCollector:
                 )
                 continue
             name, _, label_text = field.partition("|")
-            if name in series:
+            if name in series and well_formed(label_text):
                 series[name][label_text] = float(raw_value)
         # Every family is exported, measured yet or not (no lane waiting is an empty family).
         for name, measured in series.items():
-            names = label_names(measured)
-            family = GaugeMetricFamily(f"tidings_{name}", GAUGES[name], labels=names)
+            family = GaugeMetricFamily(f"tidings_{name}", GAUGES[name])
             for label_text, value in measured.items():
-                labels = parse_labels(label_text)
-                family.add_metric([labels[k] for k in names], value)
+                family.add_sample(family.name, parse_labels(label_text), value)
             yield family

@@ -3,7 +3,12 @@
 A stream subscribes before it reads the log, so nothing published in between is lost, and
 drops live entries it has just replayed. Each open stream holds one server thread (the
 API runs gunicorn's threaded workers), so a process takes at most `api_threads - 4`
-streams and answers 503 beyond that, keeping threads for ordinary requests.
+streams and answers 503 beyond that, keeping threads for ordinary requests. Within that,
+each stream names the quotas it counts against (its project, its inbox token), so one
+tenant cannot take every slot of a process.
+
+A stream outlives the request that authenticated it: once per heartbeat it asks whether
+its caller may still listen, and ends when not.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -36,12 +42,25 @@ class Busy(Exception):
     """This process serves as many streams as it may."""
 
 
-class Listener:
-    """One stream's mailbox on one channel."""
+# What holds stream slots, and which one of them: ("project", "acme"), ("inbox token", digest).
+Quota = tuple[str, str]
 
-    def __init__(self, hub: Hub, channel: str):
+
+class OverQuota(Exception):
+    """The stream's project (or inbox token) holds as many of this process's streams as it may."""
+
+    def __init__(self, quota: Quota):
+        super().__init__(quota)
+        self.quota = quota
+
+
+class Listener:
+    """One stream's mailbox on one channel, and the quotas its slot counts against."""
+
+    def __init__(self, hub: Hub, channel: str, quotas: tuple[Quota, ...]):
         self.hub = hub
         self.channel = channel
+        self.quotas = quotas
         self.inbox: queue.Queue[Any] = queue.Queue()
         self.closed = False
 
@@ -67,15 +86,21 @@ class Hub:
         self.max_listeners = max_listeners
         self._lock = threading.Lock()
         self._listeners: dict[str, set[Listener]] = {}
+        self._held: Counter[Quota] = Counter()  # slots taken per quota
         self._commands: queue.Queue[tuple[str, str, threading.Event | None]] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    def listen(self, channel: str) -> Listener:
-        """A listener on `channel`, once Redis confirmed the subscription."""
-        listener = Listener(self, channel)
+    def listen(self, channel: str, quotas: Mapping[Quota, int]) -> Listener:
+        """A listener on `channel`, once Redis confirmed the subscription. `quotas` names
+        each quota the slot counts against, with how many slots it may hold in this process."""
+        listener = Listener(self, channel, tuple(quotas))
         with self._lock:
             if sum(len(group) for group in self._listeners.values()) >= self.max_listeners:
                 raise Busy
+            for quota, cap in quotas.items():
+                if self._held[quota] >= cap:
+                    raise OverQuota(quota)
+            self._held.update(listener.quotas)
             self._listeners.setdefault(channel, set()).add(listener)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tidings-live-hub", daemon=True)
@@ -90,8 +115,14 @@ class Hub:
     def leave(self, listener: Listener) -> None:
         with self._lock:
             group = self._listeners.get(listener.channel, set())
+            if listener not in group:
+                return  # left already, or dropped with everyone
             group.discard(listener)
-            if group or listener.channel not in self._listeners:
+            for quota in listener.quotas:
+                self._held[quota] -= 1
+                if not self._held[quota]:
+                    del self._held[quota]  # a quota no stream holds is forgotten
+            if group:
                 return
             del self._listeners[listener.channel]
         self._commands.put(("unsubscribe", listener.channel, None))
@@ -162,6 +193,7 @@ class Hub:
         with self._lock:
             listeners = [listener for group in self._listeners.values() for listener in group]
             self._listeners.clear()
+            self._held.clear()
         for listener in listeners:
             listener.inbox.put(CLOSED)
 
@@ -191,18 +223,23 @@ def pump(
     heartbeat: float,
     first: Iterable[str],
     render: Callable[[Any], Iterable[str]],
-    expires_at: float | None = None,
+    allowed: Callable[[], bool],
 ) -> Iterator[str]:
     """The body of a stream: `first` (what the client missed), then each live message
-    rendered, with a heartbeat comment whenever the stream has been quiet for `heartbeat`
-    seconds. Ends when the hub loses Redis or the token expires; the client reconnects."""
+    rendered. Every `heartbeat` seconds, busy or quiet, `allowed` says whether the caller
+    may still listen, and a stream with nothing to send by then sends a heartbeat comment.
+    Ends when it may not (a revoked key, an expired token), or when the hub loses Redis;
+    the client reconnects, and is refused if it must be."""
     try:
         yield RETRY
         yield from first
+        check_at = time.monotonic() + heartbeat
         while not listener.closed:
-            if expires_at is not None and time.time() >= expires_at:
-                return
-            message = listener.get(heartbeat)
+            message = listener.get(max(check_at - time.monotonic(), 0.0))
+            if time.monotonic() >= check_at:
+                if not allowed():
+                    return
+                check_at = time.monotonic() + heartbeat
             if message is None:
                 yield HEARTBEAT
             elif message is not CLOSED:

@@ -116,7 +116,7 @@ def send_batch(
     with db.begin() as session:
         common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key):
-            return _replay(session, caller.project_id, idempotency_key, raw_body)
+            return _replay(session, caller, idempotency_key, raw_body)
         ids = intake.copy_messages(session, caller.project_id, common, recipients)
         if common.status is MessageStatus.ACCEPTED:
             for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
@@ -135,7 +135,8 @@ def _insert_batch(
     """Insert the batch row; False when its Idempotency-Key was used before.
 
     Of two concurrent requests with one key, the second waits on the first's row and then
-    finds it: the unique constraint decides, not a read before the write.
+    finds it: the unique constraint decides, not a read before the write. The project's test
+    key and live key each have their own keys (the batch's `test` is in the constraint).
     """
     inserted = session.execute(
         insert(Batch)
@@ -155,16 +156,18 @@ def _insert_batch(
             request_hash=request_fingerprint(raw_body) if idempotency_key else None,
             response=body if idempotency_key else None,
         )
-        .on_conflict_do_nothing(constraint="uq_batches_project_idempotency_key")
+        .on_conflict_do_nothing(constraint="uq_batches_project_test_idempotency_key")
         .returning(Batch.id)
     ).first()
     return inserted is not None
 
 
-def _replay(session: Session, project_id: str, idempotency_key: str | None, raw_body: Any) -> Accepted:
+def _replay(session: Session, caller: Caller, idempotency_key: str | None, raw_body: Any) -> Accepted:
     original = session.execute(
         select(Batch.request_hash, Batch.response).where(
-            Batch.project_id == project_id, Batch.idempotency_key == idempotency_key
+            Batch.project_id == caller.project_id,
+            Batch.test == caller.is_test,
+            Batch.idempotency_key == idempotency_key,
         )
     ).one()
     if original.request_hash != request_fingerprint(raw_body):

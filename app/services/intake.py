@@ -139,7 +139,7 @@ INSERT = text(
         FROM unnest(CAST(:subscriber_ids AS text[]), CAST(:to_addresses AS text[]),
                     CAST(:idempotency_keys AS text[]), CAST(:request_hashes AS text[]))
              AS r(subscriber_id, to_address, idempotency_key, request_hash)
-        ON CONFLICT ON CONSTRAINT uq_messages_project_idempotency_key DO NOTHING
+        ON CONFLICT ON CONSTRAINT uq_messages_project_test_idempotency_key DO NOTHING
         RETURNING id, created_at
     ), files AS (
         INSERT INTO attachments (id, project_id, filename, content_type, content)

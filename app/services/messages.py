@@ -41,7 +41,8 @@ def accept(
     """Record one notification and, once committed, hand it to the pipeline.
 
     With an Idempotency-Key, the insert and the replay check are one statement: of two
-    concurrent requests with the same key, one inserts and the other replays.
+    concurrent requests with the same key, one inserts and the other replays. The project's
+    test key and live key each have their own keys (the message's `test` is in the constraint).
     """
     check_channel_enabled(caller, data["channel"])
     kind, value = next(iter(data["to"].items()))
@@ -57,7 +58,7 @@ def accept(
         )
         inserted = intake.insert_messages(session, caller.project_id, common, [recipient])
         if not inserted:
-            return _replay(session, caller.project_id, idempotency_key, raw_body)
+            return _replay(session, caller, idempotency_key, raw_body)
         row = inserted[0]
     if status is MessageStatus.ACCEPTED:
         coalescer.prepare_soon([str(row.id)], data["priority"])
@@ -74,10 +75,12 @@ def request_fingerprint(raw_body: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _replay(session: Session, project_id: str, idempotency_key: str | None, raw_body: Any) -> Accepted:
+def _replay(session: Session, caller: Caller, idempotency_key: str | None, raw_body: Any) -> Accepted:
     original = session.execute(
         select(Message.id, Message.created_at, Message.scheduled_at, Message.request_hash).where(
-            Message.project_id == project_id, Message.idempotency_key == idempotency_key
+            Message.project_id == caller.project_id,
+            Message.test == caller.is_test,
+            Message.idempotency_key == idempotency_key,
         )
     ).one()
     if original.request_hash != request_fingerprint(raw_body):

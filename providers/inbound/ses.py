@@ -7,6 +7,12 @@ host and cached per process. The topic must be one we listed (SES_SNS_TOPIC_ARNS
 can create a topic, and SNS would sign its messages just as well. A subscription
 confirmation is answered by visiting its `SubscribeURL`, which must be an SNS host too.
 
+Anyone can post to our URL, so what costs nothing is checked before the certificate is
+fetched: the message type, the signature version, the topic and the timestamp. A failed
+fetch is remembered for FAILED_FETCH_SECONDS, so a flood naming one bad certificate makes
+one request, not one each; that is shorter than SNS's retry delay (20 s by default), so a
+real message refused while AWS did not answer is verified on its retry.
+
 The message inside is SES event publishing (`eventType`) or an SES notification
 (`notificationType`); our id travels as the `tidings_message_id` tag, SES's as `mail.messageId`.
 """
@@ -18,7 +24,9 @@ import binascii
 import json
 import re
 import threading
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
@@ -49,6 +57,9 @@ SNS_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com$")
 TEST_HOST = re.compile(r"^127\.0\.0\.1:\d{1,5}$")
 MAX_CERTIFICATE_BYTES = 64 * 1024
 FETCH_TIMEOUT = 5.0
+FAILED_FETCH_SECONDS = 10.0
+# Failed fetches remembered at most (one per URL); past that they are forgotten at once.
+MAX_FAILED_FETCHES = 1000
 
 # The fields each message type signs, in the order SNS signs them.
 SIGNED = {
@@ -93,18 +104,47 @@ class SnsHosts:
         return self.test_host is not None and parts.scheme in ("http", "https") and parts.netloc == self.test_host
 
 
+@dataclass(frozen=True)
+class FailedFetch:
+    """A certificate that could not be had, refused the same way until `until` (monotonic)."""
+
+    refusal: type[Refused]
+    reason: str
+    until: float
+
+
 _certificates: dict[str, rsa.RSAPublicKey] = {}
+_failures: dict[str, FailedFetch] = {}
 _lock = threading.Lock()
 
 
 def certificate_key(url: str, hosts: SnsHosts) -> rsa.RSAPublicKey:
-    """The public key of the certificate at `url`, fetched once per process."""
-    with _lock:
-        key = _certificates.get(url)
-    if key is not None:
-        return key
+    """The public key of the certificate at `url`, fetched once per process; a failed fetch
+    is not tried again for FAILED_FETCH_SECONDS."""
     if not hosts.allow(url):
         raise BadSignature(f"SigningCertURL {url!r} is not an https SNS host")
+    now = time.monotonic()
+    with _lock:
+        key, failed = _certificates.get(url), _failures.get(url)
+    if key is not None:
+        return key
+    if failed is not None and now < failed.until:
+        raise failed.refusal(f"{failed.reason} (not fetched again for {FAILED_FETCH_SECONDS:.0f} s)")
+    try:
+        key = fetch_certificate(url)
+    except Refused as refusal:
+        with _lock:
+            if len(_failures) >= MAX_FAILED_FETCHES:
+                _failures.clear()
+            _failures[url] = FailedFetch(type(refusal), str(refusal), now + FAILED_FETCH_SECONDS)
+        raise
+    with _lock:
+        _certificates[url] = key
+        _failures.pop(url, None)
+    return key
+
+
+def fetch_certificate(url: str) -> rsa.RSAPublicKey:
     try:
         response = requests.get(url, timeout=FETCH_TIMEOUT, allow_redirects=False)
         response.raise_for_status()
@@ -115,8 +155,6 @@ def certificate_key(url: str, hosts: SnsHosts) -> rsa.RSAPublicKey:
         raise Unverifiable(f"could not fetch the signing certificate: {error}") from None
     if not isinstance(key, rsa.RSAPublicKey):
         raise BadSignature("the signing certificate does not hold an RSA key")
-    with _lock:
-        _certificates[url] = key
     return key
 
 
@@ -161,20 +199,21 @@ class SesReceiver:
         return [] if name in REDUNDANT else [event_of(message["MessageId"], name, inner)]
 
     def verify(self, message: Mapping[str, Any]) -> None:
+        """What costs nothing first (see the module's docstring), then the signature."""
         if message.get("SignatureVersion") != "2":
             raise BadSignature("only SNS signature version 2 (SHA256) is accepted: set it on the topic")
-        key = certificate_key(str(message.get("SigningCertURL", "")), self.hosts)
-        try:
-            signature = base64.b64decode(str(message.get("Signature", "")), validate=True)
-            key.verify(signature, string_to_sign(message, SIGNED[message["Type"]]), padding.PKCS1v15(), hashes.SHA256())
-        except (InvalidSignature, binascii.Error, ValueError):
-            raise BadSignature("the SNS signature does not match") from None
         if message.get("TopicArn") not in self.topics:
             raise ForeignSource(f"topic {message.get('TopicArn')!r} is not in SES_SNS_TOPIC_ARNS")
         try:
             check_fresh(datetime.fromisoformat(str(message.get("Timestamp"))).timestamp())
         except ValueError:
             raise Unreadable(f"unreadable Timestamp {message.get('Timestamp')!r}") from None
+        key = certificate_key(str(message.get("SigningCertURL", "")), self.hosts)
+        try:
+            signature = base64.b64decode(str(message.get("Signature", "")), validate=True)
+            key.verify(signature, string_to_sign(message, SIGNED[message["Type"]]), padding.PKCS1v15(), hashes.SHA256())
+        except (InvalidSignature, binascii.Error, ValueError):
+            raise BadSignature("the SNS signature does not match") from None
 
     def confirm(self, url: str) -> None:
         if not self.hosts.allow(url):

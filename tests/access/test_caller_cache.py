@@ -14,6 +14,7 @@ from app.access.caller_cache import CallerCache, forget_all
 from app.db import session_factory
 from app.redis_client import redis_for
 from app.runtime.embedded import free_port
+from tests.conftest import ADMIN_KEY
 
 
 def revoke_behind_the_cache(engine, project_id: str) -> None:
@@ -65,3 +66,14 @@ def test_without_redis_every_lookup_asks_postgresql(migrated, project, engine, c
     with caplog.at_level(logging.WARNING, logger="app.access.caller_cache"):
         forget_all(unreachable)  # logged, not raised: the revocation is committed whatever Redis says
     assert "could not publish a new key generation" in caplog.text
+
+
+def test_a_project_is_remembered_apart_from_keys(callers, project, client, migrated):
+    """What subscriber tokens act as; a project id sent as a key must not find it."""
+    assert callers.project_caller(project.id).project_id == project.id
+    assert callers.caller(project.id) is None
+    assert (
+        client.delete(f"/v1/admin/projects/{project.id}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).status_code
+        == 204
+    )
+    assert callers.project_caller(project.id) is None

@@ -274,6 +274,21 @@ def test_same_idempotency_key_with_another_body_is_409(project, engine):
     assert stored(engine, project.id) == {"batches": 1, "messages": 1}
 
 
+def test_the_test_key_and_the_live_key_have_their_own_idempotency_keys(project, engine):
+    body = batch([{"email": "a@example.com"}])
+    key = {"Idempotency-Key": "news-13"}
+    live = post_batch(project, body, **key)
+    test = post_batch(project, body, key=project.test_key, **key)
+    assert live.status_code == test.status_code == 202
+    assert "Idempotent-Replayed" not in test.headers
+    assert live.get_json()["batch_id"] != test.get_json()["batch_id"]
+    assert post_batch(project, body, key=project.test_key, **key).get_json() == test.get_json()
+    other = batch([{"email": "b@example.com"}])
+    assert post_batch(project, other, key=project.test_key, **{"Idempotency-Key": "news-14"}).status_code == 202
+    assert post_batch(project, body, **{"Idempotency-Key": "news-14"}).status_code == 202
+    assert stored(engine, project.id) == {"batches": 4, "messages": 4}
+
+
 def test_overlong_idempotency_key_is_422(project):
     answer = post_batch(project, batch([{"email": "a@example.com"}]), **{"Idempotency-Key": "k" * 256})
     assert assert_error_shape(answer, 422)["errors"] == {"headers": {"Idempotency-Key": ["Use 1 to 255 characters."]}}

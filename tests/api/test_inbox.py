@@ -3,11 +3,13 @@ with the project key, browsers with a subscriber token that opens that inbox onl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import text
 
 from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, mint
-from tests.conftest import create_project
+from tests.conftest import ADMIN_KEY, bearer, create_project
 from tests.sse import SseClient
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -35,8 +37,8 @@ def deliver(project, body: dict) -> str:
     return message_id
 
 
-def token_for(project, subscriber: str = "u1") -> str:
-    answer = project.call("POST", f"/v1/subscribers/{subscriber}/token", {"ttl_seconds": 600})
+def token_for(project, subscriber: str = "u1", ttl_seconds: int = 600) -> str:
+    answer = project.call("POST", f"/v1/subscribers/{subscriber}/token", {"ttl_seconds": ttl_seconds})
     assert answer.status_code == 200
     token = answer.get_json()["token"]
     assert token.startswith(SUBSCRIBER_TOKEN_PREFIX)
@@ -203,3 +205,41 @@ def test_the_inbox_stream_takes_a_subscriber_token_only(users, live_api):
     anonymous = SseClient(live_api, "/v1/inbox/stream")
     assert anonymous.status == 401
     anonymous.close()
+
+
+def inbox_stream(live_api: str, token: str) -> SseClient:
+    return SseClient(live_api, f"/v1/inbox/stream?token={token}")
+
+
+def test_one_inbox_token_holds_at_most_its_share_of_a_process_s_streams(users, live_api, settings):
+    token = token_for(users, "u1")
+    held = [inbox_stream(live_api, token) for _ in range(settings.streams_per_inbox_token)]
+    try:
+        assert [client.status for client in held] == [200] * settings.streams_per_inbox_token
+        excess = inbox_stream(live_api, token)
+        assert excess.status == 429
+        assert excess.response.getheader("Retry-After") == "5"
+        body = json.loads(excess.response.read())
+        assert body["code"] == 429 and "inbox token" in body["message"]
+        excess.close()
+        another = inbox_stream(live_api, token_for(users, "u1", ttl_seconds=601))  # another token of the same user
+        assert another.status == 200
+        another.close()
+        for client in held:  # the streams under the cap go on
+            assert client.next_data()["data"] == {"unread": 0, "total": 0}
+            assert client.next(timeout=5) == {"comment": "heartbeat"}
+    finally:
+        for client in held:
+            client.close()
+
+
+def test_an_inbox_stream_ends_when_its_project_is_deleted(users, live_api, client):
+    stream = inbox_stream(live_api, token_for(users, "u1"))
+    try:
+        assert stream.next_data()["data"] == {"unread": 0, "total": 0}
+        assert stream.next(timeout=5) == {"comment": "heartbeat"}
+        assert client.delete(f"/v1/admin/projects/{users.id}", headers=bearer(ADMIN_KEY)).status_code == 204
+        # It ends, after at most the one heartbeat that may have left before the deletion.
+        assert stream.count_until_the_end() in (0, 1)
+    finally:
+        stream.close()

@@ -74,6 +74,25 @@ def test_idempotency_keys_are_per_project(client, project):
     assert first != second
 
 
+def test_the_test_key_and_the_live_key_have_their_own_idempotency_keys(project, engine):
+    """One key with both kinds of key is two requests: a test neither replays nor blocks a live send."""
+    key = {"Idempotency-Key": "order-18"}
+    live = project.send(email(), **key)
+    test = project.send(email(), key=project.test_key, **key)
+    assert live.status_code == test.status_code == 202
+    assert "Idempotent-Replayed" not in test.headers
+    assert live.get_json()["id"] != test.get_json()["id"]
+    assert project.send(email(), **key).get_json() == live.get_json()
+    assert project.send(email(), key=project.test_key, **key).get_json() == test.get_json()
+    assert project.send(email("Other"), key=project.test_key, **{"Idempotency-Key": "order-19"}).status_code == 202
+    assert project.send(email(), **{"Idempotency-Key": "order-19"}).status_code == 202
+    with engine.connect() as connection:
+        kinds = connection.execute(
+            text("SELECT test, count(*) FROM messages WHERE project_id = :p GROUP BY test"), {"p": project.id}
+        ).all()
+    assert dict(kinds) == {False: 2, True: 2}
+
+
 def test_openapi_spec_describes_the_routes(client):
     spec = client.get("/openapi.json").get_json()
     assert {"/v1/messages", "/v1/messages/{message_id}", "/v1/admin/projects"} <= set(spec["paths"])

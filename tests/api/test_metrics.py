@@ -8,6 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
+from app.api import create_app
+from app.config import ConfigError, Settings
 from tasks.backlog import measure_backlog
 from tasks.deliver import deliver
 from tests.conftest import ADMIN_KEY, bearer, email
@@ -140,3 +142,28 @@ def test_request_counts_reach_redis_without_a_round_trip_each(client, project):
     assert value(after, "tidings_http_requests_total", **unmatched) > value(
         before, "tidings_http_requests_total", **unmatched
     )
+
+
+METRICS_TOKEN = "metrics-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def guarded(migrated):
+    """An API whose /metrics asks for METRICS_TOKEN."""
+    return create_app(Settings.from_env({**migrated.environ, "METRICS_TOKEN": METRICS_TOKEN})).test_client()
+
+
+def test_with_a_metrics_token_a_scrape_must_bring_it(guarded):
+    for headers in ({}, bearer("wrong-token-0123456789"), bearer(ADMIN_KEY), {"Authorization": METRICS_TOKEN}):
+        refused = guarded.get("/metrics", headers=headers)
+        assert refused.status_code == 401
+        assert refused.headers["WWW-Authenticate"] == "Bearer"
+        assert refused.get_json()["code"] == 401 and "METRICS_TOKEN" in refused.get_json()["message"]
+    answer = guarded.get("/metrics", headers=bearer(METRICS_TOKEN))
+    assert answer.status_code == 200
+    assert "tidings_http_requests" in {family.name for family in text_string_to_metric_families(answer.text)}
+
+
+def test_a_short_metrics_token_stops_start_up(migrated):
+    with pytest.raises(ConfigError, match="METRICS_TOKEN must be at least 16 characters"):
+        Settings.from_env({**migrated.environ, "METRICS_TOKEN": "short"})

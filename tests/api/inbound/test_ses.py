@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -91,11 +92,16 @@ def test_a_delivery_found_by_the_ses_message_id_alone(inbound, project, message,
     assert project.get(message).get_json()["status"] == "delivered"
 
 
+def fetches(sns_host, url: str) -> int:
+    """Requests the SNS stand-in had for the certificate at `url`."""
+    return sum(1 for request, _ in sns_host.log if request.path == urlsplit(url).path)
+
+
 def test_the_certificate_is_fetched_once(inbound, message, ses_id, sns_key, sns_host, cert_url):
     for kind in ("Open", "Click"):
         body = sns_message(sns_key, cert_url, "Notification", ses_event(kind, ses_id, message))
         assert inbound.post(URL, data=as_body(body), headers=HEADERS).status_code == 200
-    assert sum(1 for request, _ in sns_host.log if request.path.endswith(".pem")) == 1
+    assert fetches(sns_host, cert_url) == 1
 
 
 def test_a_replay_is_a_200_no_op(inbound, project, message, ses_id, sns_key, cert_url):
@@ -152,6 +158,42 @@ def test_a_stale_timestamp_is_400_and_changes_nothing(inbound, project, message,
     old = datetime.now(UTC) - timedelta(minutes=6)
     body = sns_message(sns_key, cert_url, "Notification", ses_event("Complaint", ses_id, message), at=old)
     assert inbound.post(URL, data=as_body(body), headers=HEADERS).status_code == 400
+    assert_untouched(project, message)
+
+
+@pytest.fixture
+def unseen_cert_url(sns_host) -> str:
+    """A certificate URL on the SNS stand-in that nothing has fetched yet (none is cached)."""
+    return sns_host.url_for(f"/SimpleNotificationService-{uuid.uuid4().hex}.pem")
+
+
+def test_another_topic_or_a_stale_message_fetches_no_certificate(
+    inbound, project, message, ses_id, sns_key, sns_host, unseen_cert_url
+):
+    """Anyone may post to us: what costs nothing is checked before the certificate is fetched."""
+    event = ses_event("Bounce", ses_id, message, **permanent_bounce())
+    foreign = sns_message(sns_key, unseen_cert_url, "Notification", event, topic="arn:aws:sns:eu-west-1:9:other")
+    stale = sns_message(sns_key, unseen_cert_url, "Notification", event, at=datetime.now(UTC) - timedelta(hours=1))
+    for body, status in ((foreign, 403), (stale, 400)):
+        for _ in range(3):
+            assert inbound.post(URL, data=as_body(body), headers=HEADERS).status_code == status
+    assert fetches(sns_host, unseen_cert_url) == 0
+    assert_untouched(project, message)
+
+
+def test_a_failed_certificate_fetch_is_not_repeated_for_every_message(
+    inbound, project, message, ses_id, sns_key, sns_host, unseen_cert_url
+):
+    """SNS answered 503 once: the messages that name the certificate meanwhile are refused
+    with 503 too (SNS retries them), without asking again."""
+    sns_host.expect_request(urlsplit(unseen_cert_url).path).respond_with_data("Service Unavailable", status=503)
+    event = ses_event("Bounce", ses_id, message, **permanent_bounce())
+    for _ in range(5):
+        body = sns_message(sns_key, unseen_cert_url, "Notification", event)
+        answer = inbound.post(URL, data=as_body(body), headers=HEADERS)
+        assert answer.status_code == 503
+        assert "signing certificate" in answer.get_json()["message"]
+    assert fetches(sns_host, unseen_cert_url) == 1
     assert_untouched(project, message)
 
 
