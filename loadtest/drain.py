@@ -69,7 +69,7 @@ RELEASE = text(
     """
     UPDATE messages SET status = 'accepted', scheduled_at = now(), next_attempt_at = NULL, updated_at = now()
     WHERE project_id = :project AND status = 'scheduled'
-    RETURNING id::text, priority
+    RETURNING id::text, project_id, priority
     """
 )
 TABLES = ("messages", "message_contents", "events")

@@ -161,14 +161,26 @@ def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Atta
 
 
 def send_chunk(adapter: Provider, chunk: Sequence[Row], files: Mapping[str, Attachment]) -> list[SendResult]:
-    """Send one provider batch; a failure of the whole call becomes a result per message."""
+    """Send one provider batch; a message that cannot be built fails alone, and a failure of
+    the whole call becomes a result per message."""
+    built: list[Outbound] = []
+    unbuilt: list[SendResult] = []
+    for row in chunk:
+        try:
+            built.append(outbound(row, files))
+        except Exception as error:
+            reason = f"could not be built for the provider: {type(error).__name__}: {error}"
+            unbuilt.append(SendResult(row.id, Outcome.PERMANENT, error=reason))
+    if not built:
+        return unbuilt
     try:
-        return adapter.send([outbound(row, files) for row in chunk])
+        return unbuilt + adapter.send(built)
     except ProviderError as error:
-        return [SendResult.from_error(row.id, error) for row in chunk]
+        return unbuilt + [SendResult.from_error(message.message_id, error) for message in built]
     except Exception as error:
         logger.exception("provider %s raised unexpectedly", adapter.name)
-        return [SendResult(row.id, Outcome.TRANSIENT, error=f"{type(error).__name__}: {error}") for row in chunk]
+        detail = f"{type(error).__name__}: {error}"
+        return unbuilt + [SendResult(message.message_id, Outcome.TRANSIENT, error=detail) for message in built]
 
 
 def pause_for(result: SendResult) -> tuple[float, str, str]:

@@ -138,3 +138,26 @@ def test_a_provider_answer_postgresql_would_refuse_is_still_written(client, engi
             {"ids": ids},
         ).scalars()
         assert list(stored) == ["p\\0q"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_message_that_cannot_be_built_for_the_provider_fails_alone(client, engine, fake_provider):
+    """Its attachment is gone: the provider batch goes out without it, and it fails permanently."""
+    ids = insert_accepted(engine, new_project(engine), 3)
+    broken = ids[1]
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE message_contents SET attachment_ids = ARRAY[gen_random_uuid()] WHERE message_id = :id"),
+            {"id": broken},
+        )
+    for task in dispatch.prepare(ids, "bulk"):
+        task.apply_async()
+    seen = wait_for(engine, ids, {"sent", "failed"})
+    assert seen == {**dict.fromkeys(ids, "sent"), broken: "failed"}
+    ledger = Counter(r.message_id for r in fake_provider.delivered())
+    assert [ledger[i] for i in ids] == [1, 0, 1]
+    with engine.connect() as connection:
+        error = connection.execute(
+            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": broken}
+        ).scalar_one()
+    assert error.startswith("could not be built for the provider: KeyError")
