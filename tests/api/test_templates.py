@@ -177,6 +177,17 @@ def test_injection_attempts_are_refused_at_save_and_nothing_is_written(project, 
         ("{{ 'x'.center(n) }}", "an argument larger than 262144 is not allowed"),
         ("{% for i in range(1000) %}{{ 'y' * 1000 }}{% endfor %}", "output is longer than 262144"),
         ("{{ x|attr(name) }}", "access to attribute '__class__' of 'int' object is unsafe"),
+        ("{{ ((n ** 10) ** 1000) ** 30 > 0 }}", "an integer of more than 4096 bits (a power too large)"),
+        (
+            "{% macro f(k) %}{% if k %}{{ f(k - 1) }}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(40) }}",
+            "more than 10000 loop iterations and macro calls",
+        ),
+        ("{{ ('a' * 1000)|replace('a', 'b' * 1000) }}", "a value of more than 262144 characters"),
+        (
+            "{% set w = 'a ' * 100000 %}{% for i in range(1000) %}{% for j in range(9) %}{{ w|wordcount }}"
+            "{% endfor %}{% endfor %}",
+            "takes more than 0.25 s to render",
+        ),
     ],
 )
 def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, problem):
