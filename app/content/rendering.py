@@ -12,7 +12,9 @@ limits that keep one template from taking a worker, or its neighbours' messages,
   block and `loop()` calls, characters built, and CPU time, checked in the hooks the
   sandbox calls all the time, so it stops in a thread without signals;
 - `range()` yields at most MAX_RANGE items; `lipsum`, `%`-formatting and `str.format`
-  are gone: they allocate at will.
+  are gone: they allocate at will;
+- a rendered field may not contain control characters (PostgreSQL cannot store NUL, a
+  provider cannot send the others), and a subject no line break (it would become a header).
 
 `check_source` rejects at save time what the sandbox would refuse at render time anyway,
 so an injection attempt is a 422 when it is written, not a failure on every send.
@@ -22,6 +24,7 @@ Compiled versions are cached per (project, key, version, locale): versions never
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -55,6 +58,7 @@ from app.content.limits import (
 from app.enums import Channel
 
 MAX_RANGE = 1000
+MAX_DETAIL = 300
 
 # The fields a template has per channel. `data` (push) and `payload` (webhook) are JSON
 # whose string leaves are templates; the others are template strings.
@@ -74,15 +78,40 @@ FORBIDDEN_NAMES = frozenset(
 )
 UNSUPPORTED_TAGS = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 
+# Control characters a rendered field may not contain: tab, newline and carriage return
+# are text; a subject is one header line, so it may not break either.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+LINE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+ONE_LINE_FIELDS = frozenset({"subject"})
+
 
 class RenderError(Exception):
-    """A template could not be rendered with the data given; `undefined` when a variable is missing."""
+    """A template could not be rendered with the data given; `undefined` when a variable is missing.
+
+    The detail is shortened and cleaned of control characters: it is stored with the
+    message and answered to the caller, and may quote what the template made.
+    """
 
     def __init__(self, field: str, detail: str, undefined: bool = False):
+        if len(detail) > MAX_DETAIL:
+            detail = detail[:MAX_DETAIL] + "…"
+        detail = CONTROL.sub("\N{REPLACEMENT CHARACTER}", detail)
         super().__init__(f"{field}: {detail}")
         self.field = field
         self.detail = detail
         self.undefined = undefined
+
+
+def control_character(field: str, text: str) -> str | None:
+    """What is wrong with the characters of a rendered field, or None when nothing is."""
+    one_line = field in ONE_LINE_FIELDS
+    found = (LINE_CONTROL if one_line else CONTROL).search(text)
+    if found is None:
+        return None
+    code = f"U+{ord(found.group()):04X}"
+    if one_line and found.group() in "\r\n":
+        return f"a line break ({code}), and a {field} is one line"
+    return f"the control character {code}"
 
 
 def _small_range(*args: int) -> range:
@@ -202,6 +231,24 @@ def check_source(field: str, value: Any) -> list[str]:
             problems.append(f"Template syntax error on line {error.lineno}: {error.message}")
             continue
         problems += _unsafe_constructs(tree)
+        problems += _literal_problems(field, tree)
+    return problems
+
+
+def _literal_problems(field: str, tree: nodes.Template) -> list[str]:
+    """Control characters the template prints as written, in its text or a printed literal."""
+    problems = []
+    for output in tree.find_all(nodes.Output):
+        for child in output.nodes:
+            if isinstance(child, nodes.TemplateData):
+                literal = child.data
+            elif isinstance(child, nodes.Const) and isinstance(child.value, str):
+                literal = child.value
+            else:
+                continue
+            found = control_character(field, literal)
+            if found:
+                problems.append(f"The template prints {found}.")
     return problems
 
 
@@ -281,7 +328,11 @@ def _render_field(field: str, value: Any, context: Mapping[str, Any]) -> Any:
     if not hasattr(value, "generate"):
         return value
     try:
-        return _capped_output(value.generate(context))
+        text = _capped_output(value.generate(context))
+        found = control_character(field, text)
+        if found:
+            raise SecurityError(f"the output contains {found}")
+        return text
     except UndefinedError as error:
         raise RenderError(field, error.message or "undefined variable", undefined=True) from error
     except SecurityError as error:

@@ -181,3 +181,46 @@ def test_good_templates_render_as_before():
     )
     users = [{"name": "ada", "things": ["a", "b"]}, {"name": "bo", "things": []}]
     assert rendered("text", source, users=users) == "Ada: .2f a, b\nBo: .2f \n55340232221128654848 ababab     x  "
+
+
+# -- control characters --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "data"),
+    [
+        ('{{ "\\x00" }}', {}),
+        ("{{ (0).to_bytes(1, 'big').decode() }}", {}),
+        ("Hi {{ name }}", {"name": "a\x00b"}),
+        ("{{ name }}", {"name": "\x1b[31m"}),
+    ],
+)
+def test_control_characters_made_by_rendering_fail_the_render(source, data):
+    assert refusal(source, **data).startswith("not allowed: the output contains the control character U+00")
+
+
+def test_tab_newline_and_carriage_return_are_text():
+    assert rendered("text", "{{ s }}", s="a\tb\r\nc") == "a\tb\r\nc"
+    assert rendered("html", "{{ s }}", s="a\tb\r\nc") == "a\tb\r\nc"
+    assert rendered("subject", "{{ s }}", s="a\tb") == "a\tb"
+
+
+@pytest.mark.parametrize("name", ["Ada\r\nBcc: eve@example.com", "Ada\nX", "Ada\rX"])
+def test_a_subject_is_one_line(name):
+    detail = refusal("Hi {{ name }}", field="subject", name=name)
+    assert detail.startswith("not allowed: the output contains a line break (U+000")
+    assert detail.endswith("and a subject is one line")
+
+
+def test_control_characters_visible_in_the_source_are_refused_at_save():
+    assert check_source("text", 'a {{ "\\x00" }}') == ["The template prints the control character U+0000."]
+    assert check_source("subject", "Hi\n{{ name }}") == [
+        "The template prints a line break (U+000A), and a subject is one line."
+    ]
+    assert check_source("text", "{{ s.replace('\\x00', '') }}") == []  # removing them is fine
+
+
+def test_an_error_detail_is_short_and_printable():
+    error = RenderError("text", "KeyError: " + "\x00" * 1000)
+    assert len(error.detail) == 301
+    assert "\x00" not in error.detail
