@@ -16,9 +16,10 @@ limits that keep one template from taking a worker, or its neighbours' messages,
 - a rendered field may not contain control characters (PostgreSQL cannot store NUL, a
   provider cannot send the others), and a subject no line break (it would become a header).
 
-`check_source` rejects at save time what the sandbox would refuse at render time anyway,
-so an injection attempt is a 422 when it is written, not a failure on every send.
-Compiled versions are cached per (project, key, version, locale): versions never change.
+`check_source` rejects at save time what the sandbox would refuse at every render anyway,
+constant arithmetic included, so an injection attempt or a bomb is a 422 when it is
+written, not a failure on every send. Compiled versions are cached per
+(project, key, version, locale): versions never change.
 """
 
 from __future__ import annotations
@@ -150,6 +151,15 @@ class _Limits(NodeTransformer):
         return nodes.Filter(parts, "capped_concat", [], [], None, None, lineno=node.lineno)
 
 
+def operate(operator: str, left: Any, right: Any) -> Any:
+    """One arithmetic operator, refused before it runs when it would cost too much; the
+    sandbox's operators and check_source's folding of constant expressions both run here."""
+    if operator == "%" and isinstance(left, str):
+        raise SecurityError("%-formatting is not allowed; use filters")
+    check_operands(operator, left, right)
+    return checked_value(SandboxedEnvironment.default_binop_table[operator](left, right))
+
+
 class Sandbox(SandboxedEnvironment):
     """SandboxedEnvironment with StrictUndefined, the size limits and the render budget."""
 
@@ -192,10 +202,7 @@ class Sandbox(SandboxedEnvironment):
         return checked_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "%" and isinstance(left, str):
-            raise SecurityError("%-formatting is not allowed; use filters")
-        check_operands(operator, left, right)
-        return checked_value(super().call_binop(context, operator, left, right))
+        return operate(operator, left, right)
 
     def compile_limited(self, source: str) -> Any:
         return self.from_string(_Limits().visit(self.parse(source)))
@@ -230,9 +237,13 @@ def check_source(field: str, value: Any) -> list[str]:
         except TemplateSyntaxError as error:
             problems.append(f"Template syntax error on line {error.lineno}: {error.message}")
             continue
+        except RecursionError:
+            problems.append("The template nests too deeply.")
+            continue
         problems += _unsafe_constructs(tree)
         problems += _literal_problems(field, tree)
-    return problems
+        _fold(tree, problems)
+    return list(dict.fromkeys(problems))
 
 
 def _literal_problems(field: str, tree: nodes.Template) -> list[str]:
@@ -250,6 +261,31 @@ def _literal_problems(field: str, tree: nodes.Template) -> list[str]:
             if found:
                 problems.append(f"The template prints {found}.")
     return problems
+
+
+_UNKNOWN = object()
+
+
+def _fold(node: nodes.Node, problems: list[str]) -> Any:
+    """The value of a constant arithmetic expression (or _UNKNOWN), computed bottom-up once
+    per node with the sandbox's own checks: what they refuse, every render would refuse,
+    so it is a problem now (`{{ (10**1000)**1000 }}` is visible in the source)."""
+    if isinstance(node, nodes.Const):
+        return node.value
+    values = [_fold(child, problems) for child in node.iter_child_nodes()]
+    if not isinstance(node, nodes.BinExpr) or node.operator not in Sandbox.intercepted_binops:
+        return _UNKNOWN
+    left, right = values
+    if left is _UNKNOWN or right is _UNKNOWN:
+        return _UNKNOWN
+    try:
+        return operate(node.operator, left, right)
+    except SecurityError as error:
+        message = str(error)
+        problems.append(f"{message[0].upper()}{message[1:]}.")
+    except Exception:  # `1 / 0` and the like fail at preview in their own words
+        pass
+    return _UNKNOWN
 
 
 def _unsafe_constructs(tree: nodes.Template) -> list[str]:
@@ -307,6 +343,8 @@ def _compile(field: str, value: Any) -> Any:
             return _env_for(field).compile_limited(value)
         except TemplateSyntaxError as error:  # checked at save; kept from failing a whole batch
             raise RenderError(field, f"template syntax error: {error.message}") from error
+        except RecursionError as error:  # compiling recurses deeper than the parse at save did
+            raise RenderError(field, "the template nests too deeply") from error
     if isinstance(value, Mapping):
         return {key: _compile(field, item) for key, item in value.items()}
     if isinstance(value, list):

@@ -150,6 +150,8 @@ INJECTIONS = [
     ("{{ '%999999999d' % 1 }}", "%-formatting is not allowed; use filters."),
     ("{{ '{:>999999999}'.format(1) }}", "Access to 'format' is not allowed."),
     ("{% include 'other' %}", "include is not supported: a template stands alone."),
+    ("{{ ((10**1000)**1000)**30 > 0 }}", "The template makes an integer of more than 4096 bits (a power too large)."),
+    ("{{ 'ab' * 10**9 }}", "The template makes a value of more than 262144 characters."),
     ('{{ "\\x00" }}', "The template prints the control character U+0000."),
     (
         "{{ name ",

@@ -58,6 +58,13 @@ def test_a_power_is_refused_before_it_is_computed():
     assert steps == [3322]  # 10**1000 was made; (10**1000)**1000 never was
 
 
+def test_the_bomb_visible_in_the_source_is_refused_at_save():
+    assert check_source("text", "{{ ((10**1000)**1000)**30 > 0 }}") == [
+        f"The template makes an integer of more than {MAX_INT_BITS} bits (a power too large)."
+    ]
+    assert check_source("text", "{{ 2 ** 100 + x ** 1000 }}") == []  # nothing visible is too big
+
+
 def test_repeated_multiplication_stops_at_the_integer_cap():
     sizes: list[int] = []
     source = (
@@ -224,3 +231,7 @@ def test_an_error_detail_is_short_and_printable():
     error = RenderError("text", "KeyError: " + "\x00" * 1000)
     assert len(error.detail) == 301
     assert "\x00" not in error.detail
+
+
+def test_a_template_nested_too_deeply_is_refused_at_save():
+    assert check_source("text", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}") == ["The template nests too deeply."]
