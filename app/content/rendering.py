@@ -3,31 +3,37 @@
 Template sources come from API callers, so they are untrusted code. They run in Jinja2's
 SandboxedEnvironment (no `_`-attributes, no internals), with StrictUndefined (a missing
 variable is an error, never a blank), HTML autoescaped in the `html` field only, and
-limits that keep one template from taking a worker down:
+limits that keep one template from taking a worker, or its neighbours' messages, down:
 
-- every value a template makes (call, filter, operator, `~`) and each field's output is
-  at most MAX_OUTPUT characters; numeric arguments above that are refused before the call;
-- `range()` yields at most MAX_RANGE items and all loops of one render together at most
-  MAX_LOOP_ITERATIONS, so nested loops cannot multiply into billions of steps;
-- `%`-formatting and `str.format` are refused: their width specifiers allocate at will.
+- what an operator, call or filter would make is sized before it is made
+  (app.content.limits): values and each field's output at most MAX_OUTPUT characters,
+  integers at most MAX_INT_BITS bits; numeric arguments above MAX_OUTPUT are refused;
+- a render spends a budget as it runs (app.content.budget): loop iterations and macro,
+  block and `loop()` calls, characters built, and CPU time, checked in the hooks the
+  sandbox calls all the time, so it stops in a thread without signals;
+- `range()` yields at most MAX_RANGE items; `lipsum`, `%`-formatting and `str.format`
+  are gone: they allocate at will;
+- a rendered field may not contain control characters (PostgreSQL cannot store NUL, a
+  provider cannot send the others), and a subject no line break (it would become a header).
 
-`check_source` rejects at save time what the sandbox would refuse at render time anyway,
-so an injection attempt is a 422 when it is written, not a failure on every send.
-Compiled versions are cached per (project, key, version, locale): versions never change.
+`check_source` rejects at save time what the sandbox would refuse at every render anyway,
+constant arithmetic included, so an injection attempt or a bomb is a 422 when it is
+written, not a failure on every send. Compiled versions are cached per
+(project, key, version, locale): versions never change.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes, pass_eval_context
 from jinja2.nodes import EvalContext
-from jinja2.runtime import markup_join, str_join
+from jinja2.runtime import BlockReference, LoopContext, Macro, markup_join, str_join
 from jinja2.sandbox import (
     UNSAFE_ASYNC_GENERATOR_ATTRIBUTES,
     UNSAFE_COROUTINE_ATTRIBUTES,
@@ -37,12 +43,23 @@ from jinja2.sandbox import (
 )
 from jinja2.visitor import NodeTransformer
 
+from app.content import budget
+from app.content.limits import (
+    CHECKED_FILTERS,
+    MAX_OUTPUT,
+    check_arguments,
+    check_length,
+    check_operands,
+    checked_filter,
+    checked_value,
+    joined_size,
+    method_guard,
+    printable,
+)
 from app.enums import Channel
 
-MAX_OUTPUT = 256 * 1024
 MAX_RANGE = 1000
-MAX_LOOP_ITERATIONS = 10_000
-MAX_EXPONENT = 1000
+MAX_DETAIL = 300
 
 # The fields a template has per channel. `data` (push) and `payload` (webhook) are JSON
 # whose string leaves are templates; the others are template strings.
@@ -62,56 +79,40 @@ FORBIDDEN_NAMES = frozenset(
 )
 UNSUPPORTED_TAGS = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 
+# Control characters a rendered field may not contain: tab, newline and carriage return
+# are text; a subject is one header line, so it may not break either.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+LINE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+ONE_LINE_FIELDS = frozenset({"subject"})
+
 
 class RenderError(Exception):
-    """A template could not be rendered with the data given; `undefined` when a variable is missing."""
+    """A template could not be rendered with the data given; `undefined` when a variable is missing.
+
+    The detail is shortened and cleaned of control characters: it is stored with the
+    message and answered to the caller, and may quote what the template made.
+    """
 
     def __init__(self, field: str, detail: str, undefined: bool = False):
+        if len(detail) > MAX_DETAIL:
+            detail = detail[:MAX_DETAIL] + "…"
+        detail = CONTROL.sub("\N{REPLACEMENT CHARACTER}", detail)
         super().__init__(f"{field}: {detail}")
         self.field = field
         self.detail = detail
         self.undefined = undefined
 
 
-class _LoopBudget:
-    def __init__(self) -> None:
-        self.left = MAX_LOOP_ITERATIONS
-
-    def spend(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise SecurityError(f"the template runs more than {MAX_LOOP_ITERATIONS} loop iterations")
-
-
-_budget: ContextVar[_LoopBudget | None] = ContextVar("loop_budget", default=None)
-
-
-def _too_big(value: Any) -> bool:
-    return isinstance(value, str | bytes | list | tuple | dict) and len(value) > MAX_OUTPUT
-
-
-def _sized(value: Any) -> Any:
-    if _too_big(value):
-        raise SecurityError(f"the template makes a value of more than {MAX_OUTPUT} characters")
-    return value
-
-
-def _check_arguments(args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_OUTPUT:
-            raise SecurityError(f"an argument larger than {MAX_OUTPUT} is not allowed")
-
-
-def _guarded_filter(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Check a built-in filter's arguments (not the value it filters) and its result's size."""
-    skip = 2 if getattr(function, "jinja_pass_arg", None) else 1
-
-    @functools.wraps(function)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        _check_arguments(args[skip:], kwargs)
-        return _sized(function(*args, **kwargs))
-
-    return guarded
+def control_character(field: str, text: str) -> str | None:
+    """What is wrong with the characters of a rendered field, or None when nothing is."""
+    one_line = field in ONE_LINE_FIELDS
+    found = (LINE_CONTROL if one_line else CONTROL).search(text)
+    if found is None:
+        return None
+    code = f"U+{ord(found.group()):04X}"
+    if one_line and found.group() in "\r\n":
+        return f"a line break ({code}), and a {field} is one line"
+    return f"the control character {code}"
 
 
 def _small_range(*args: int) -> range:
@@ -121,19 +122,19 @@ def _small_range(*args: int) -> range:
     return numbers
 
 
-def _loop_budget(iterable: Iterable[Any]) -> Iterator[Any]:
-    """Wrapped around every `for` loop's iterable by _Limits: counts the render's iterations."""
-    budget = _budget.get()
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    """Wrapped around every loop's iterable (by _Limits, and by Sandbox.call for a recursive
+    `loop()`): each iteration is a step of the render's budget."""
     for item in iterable:
-        if budget is not None:
-            budget.spend()
+        budget.step()
         yield item
 
 
 @pass_eval_context
 def _capped_concat(eval_ctx: EvalContext, parts: list[Any]) -> str:
-    """`a ~ b`, as Jinja joins it, with the result's size checked."""
-    return _sized((markup_join if eval_ctx.autoescape else str_join)(parts))
+    """`a ~ b`, as Jinja joins it, sized before and checked after."""
+    check_length(joined_size("", parts))
+    return checked_value((markup_join if eval_ctx.autoescape else str_join)(parts))
 
 
 class _Limits(NodeTransformer):
@@ -150,16 +151,28 @@ class _Limits(NodeTransformer):
         return nodes.Filter(parts, "capped_concat", [], [], None, None, lineno=node.lineno)
 
 
-class Sandbox(SandboxedEnvironment):
-    """SandboxedEnvironment with StrictUndefined and the size limits described above."""
+def operate(operator: str, left: Any, right: Any) -> Any:
+    """One arithmetic operator, refused before it runs when it would cost too much; the
+    sandbox's operators and check_source's folding of constant expressions both run here."""
+    if operator == "%" and isinstance(left, str):
+        raise SecurityError("%-formatting is not allowed; use filters")
+    check_operands(operator, left, right)
+    return checked_value(SandboxedEnvironment.default_binop_table[operator](left, right))
 
-    intercepted_binops = frozenset({"+", "*", "**", "%"})
+
+class Sandbox(SandboxedEnvironment):
+    """SandboxedEnvironment with StrictUndefined, the size limits and the render budget."""
+
+    intercepted_binops = frozenset(SandboxedEnvironment.default_binop_table)
 
     def __init__(self, autoescape: bool) -> None:
-        super().__init__(autoescape=autoescape, undefined=StrictUndefined, cache_size=0)
+        super().__init__(autoescape=autoescape, undefined=StrictUndefined, cache_size=0, finalize=printable)
         self.globals["range"] = _small_range
-        self.filters = {name: _guarded_filter(f) for name, f in self.filters.items() if name != "format"}
-        self.filters["loop_budget"] = _loop_budget
+        del self.globals["lipsum"]
+        self.filters = {
+            name: checked_filter(name, f) for name, f in {**self.filters, **CHECKED_FILTERS}.items() if name != "format"
+        }
+        self.filters["loop_budget"] = _counted
         self.filters["capped_concat"] = _capped_concat
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
@@ -169,28 +182,30 @@ class Sandbox(SandboxedEnvironment):
         """No sandboxed str.format: `format` is refused like any unsafe attribute instead."""
         return None
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        budget.tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        budget.tick()
+        return super().getitem(obj, argument)
+
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_arguments(args, kwargs)
-        return _sized(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
+        check_arguments(args, kwargs)
+        if isinstance(__obj, Macro | BlockReference):
+            budget.step()
+        elif isinstance(__obj, LoopContext) and args:
+            args = (_counted(args[0]), *args[1:])
+        guard = method_guard(__obj)
+        if guard is not None:
+            __obj = functools.partial(guard, __obj.__self__)
+        return checked_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "%" and isinstance(left, str):
-            raise SecurityError("%-formatting is not allowed; use filters")
-        if operator == "**" and _is_number(right) and abs(right) > MAX_EXPONENT:
-            raise SecurityError(f"exponents above {MAX_EXPONENT} are not allowed")
-        if operator == "*":
-            sequence, count = (left, right) if isinstance(right, int) else (right, left)
-            repeated = isinstance(sequence, str | list | tuple) and isinstance(count, int)
-            if repeated and len(sequence) * count > MAX_OUTPUT:
-                raise SecurityError(f"the template makes a value of more than {MAX_OUTPUT} characters")
-        return _sized(super().call_binop(context, operator, left, right))
+        return operate(operator, left, right)
 
     def compile_limited(self, source: str) -> Any:
         return self.from_string(_Limits().visit(self.parse(source)))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 TEXT_ENV = Sandbox(autoescape=False)
@@ -222,8 +237,55 @@ def check_source(field: str, value: Any) -> list[str]:
         except TemplateSyntaxError as error:
             problems.append(f"Template syntax error on line {error.lineno}: {error.message}")
             continue
+        except RecursionError:
+            problems.append("The template nests too deeply.")
+            continue
         problems += _unsafe_constructs(tree)
+        problems += _literal_problems(field, tree)
+        _fold(tree, problems)
+    return list(dict.fromkeys(problems))
+
+
+def _literal_problems(field: str, tree: nodes.Template) -> list[str]:
+    """Control characters the template prints as written, in its text or a printed literal."""
+    problems = []
+    for output in tree.find_all(nodes.Output):
+        for child in output.nodes:
+            if isinstance(child, nodes.TemplateData):
+                literal = child.data
+            elif isinstance(child, nodes.Const) and isinstance(child.value, str):
+                literal = child.value
+            else:
+                continue
+            found = control_character(field, literal)
+            if found:
+                problems.append(f"The template prints {found}.")
     return problems
+
+
+_UNKNOWN = object()
+
+
+def _fold(node: nodes.Node, problems: list[str]) -> Any:
+    """The value of a constant arithmetic expression (or _UNKNOWN), computed bottom-up once
+    per node with the sandbox's own checks: what they refuse, every render would refuse,
+    so it is a problem now (`{{ (10**1000)**1000 }}` is visible in the source)."""
+    if isinstance(node, nodes.Const):
+        return node.value
+    values = [_fold(child, problems) for child in node.iter_child_nodes()]
+    if not isinstance(node, nodes.BinExpr) or node.operator not in Sandbox.intercepted_binops:
+        return _UNKNOWN
+    left, right = values
+    if left is _UNKNOWN or right is _UNKNOWN:
+        return _UNKNOWN
+    try:
+        return operate(node.operator, left, right)
+    except SecurityError as error:
+        message = str(error)
+        problems.append(f"{message[0].upper()}{message[1:]}.")
+    except Exception:  # `1 / 0` and the like fail at preview in their own words
+        pass
+    return _UNKNOWN
 
 
 def _unsafe_constructs(tree: nodes.Template) -> list[str]:
@@ -281,6 +343,8 @@ def _compile(field: str, value: Any) -> Any:
             return _env_for(field).compile_limited(value)
         except TemplateSyntaxError as error:  # checked at save; kept from failing a whole batch
             raise RenderError(field, f"template syntax error: {error.message}") from error
+        except RecursionError as error:  # compiling recurses deeper than the parse at save did
+            raise RenderError(field, "the template nests too deeply") from error
     if isinstance(value, Mapping):
         return {key: _compile(field, item) for key, item in value.items()}
     if isinstance(value, list):
@@ -290,11 +354,8 @@ def _compile(field: str, value: Any) -> Any:
 
 def render(compiled: Compiled, context: Mapping[str, Any]) -> dict[str, Any]:
     """Render a compiled variant; RenderError names the field and what went wrong."""
-    token = _budget.set(_LoopBudget())
-    try:
+    with budget.budgeted():
         return {field: _render_field(field, value, context) for field, value in compiled.items()}
-    finally:
-        _budget.reset(token)
 
 
 def _render_field(field: str, value: Any, context: Mapping[str, Any]) -> Any:
@@ -305,7 +366,11 @@ def _render_field(field: str, value: Any, context: Mapping[str, Any]) -> Any:
     if not hasattr(value, "generate"):
         return value
     try:
-        return _capped_output(value.generate(context))
+        text = _capped_output(value.generate(context))
+        found = control_character(field, text)
+        if found:
+            raise SecurityError(f"the output contains {found}")
+        return text
     except UndefinedError as error:
         raise RenderError(field, error.message or "undefined variable", undefined=True) from error
     except SecurityError as error:

@@ -8,17 +8,19 @@ unless its category is one the project requires.
 
 Links are signed tokens (app.content.tokens): a click token carries its URL, so the redirect
 needs no database and goes only where a message we rendered pointed — not an open redirect.
+They are found by a one-pass tokenizer (app.content.links), in time linear in the body,
+whether it was rendered from a template or came in over the API or SMTP.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.content import tokens
+from app.content import links, tokens
 from app.content.tokens import Purpose
 from app.enums import Priority
 
@@ -27,7 +29,6 @@ PIXEL = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c0
 MAX_TRACKED_URL = 2000
 UNSUBSCRIBE_CATEGORY = "marketing"
 
-_LINK = re.compile(r"""(<a\b[^>]*?\bhref\s*=\s*)(["'])(.*?)\2""", re.IGNORECASE | re.DOTALL)
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 
 
@@ -70,18 +71,13 @@ def tracked_html(body: str, public_url: str, project_id: str, message_id: str, e
     claims = {"p": project_id, "m": message_id}
     if extras.clicks:
 
-        def rewrite(match: re.Match[str]) -> str:
-            url = html.unescape(match.group(3)).strip()
-            if (
-                not url.lower().startswith(("http://", "https://"))
-                or url.startswith(ours)
-                or len(url) > MAX_TRACKED_URL
-            ):
-                return match.group(0)
-            tracked = f"{public_url}/t/c/{tokens.mint(Purpose.CLICK, {**claims, 'u': url})}"
-            return f"{match.group(1)}{match.group(2)}{tracked}{match.group(2)}"
+        def tracked(url: str) -> str | None:
+            web = url.lower().startswith(("http://", "https://"))
+            if not web or url.startswith(ours) or len(url) > MAX_TRACKED_URL:
+                return None
+            return f"{public_url}/t/c/{tokens.mint(Purpose.CLICK, {**claims, 'u': url})}"
 
-        body = _LINK.sub(rewrite, body)
+        body = _rewrite_links(body, tracked)
     if extras.opens and f"{ours}o/" not in body:
         pixel = (
             f'<img src="{public_url}/t/o/{tokens.mint(Purpose.OPEN, claims)}" width="1" height="1" alt="" '
@@ -90,6 +86,22 @@ def tracked_html(body: str, public_url: str, project_id: str, message_id: str, e
         ends = list(_BODY_END.finditer(body))
         body = body[: ends[-1].start()] + pixel + body[ends[-1].start() :] if ends else body + pixel
     return body
+
+
+def _rewrite_links(body: str, tracked: Callable[[str], str | None]) -> str:
+    """Each `<a>` tag's href replaced by what `tracked` makes of its URL (None: kept as it is)."""
+    pieces: list[str] = []
+    kept_until = 0
+    for token in links.tokens(body):
+        if token.href is None:
+            continue
+        start, end = token.href
+        replacement = tracked(html.unescape(body[start:end]).strip())
+        if replacement is not None:
+            pieces += [body[kept_until:start], replacement]
+            kept_until = end
+    pieces.append(body[kept_until:])
+    return "".join(pieces)
 
 
 def unsubscribe_headers(

@@ -150,6 +150,9 @@ INJECTIONS = [
     ("{{ '%999999999d' % 1 }}", "%-formatting is not allowed; use filters."),
     ("{{ '{:>999999999}'.format(1) }}", "Access to 'format' is not allowed."),
     ("{% include 'other' %}", "include is not supported: a template stands alone."),
+    ("{{ ((10**1000)**1000)**30 > 0 }}", "The template makes an integer of more than 4096 bits (a power too large)."),
+    ("{{ 'ab' * 10**9 }}", "The template makes a value of more than 262144 characters."),
+    ('{{ "\\x00" }}', "The template prints the control character U+0000."),
     (
         "{{ name ",
         "Template syntax error on line 1: unexpected end of template, expected 'end of print statement'.",
@@ -177,6 +180,18 @@ def test_injection_attempts_are_refused_at_save_and_nothing_is_written(project, 
         ("{{ 'x'.center(n) }}", "an argument larger than 262144 is not allowed"),
         ("{% for i in range(1000) %}{{ 'y' * 1000 }}{% endfor %}", "output is longer than 262144"),
         ("{{ x|attr(name) }}", "access to attribute '__class__' of 'int' object is unsafe"),
+        ("{{ ((n ** 10) ** 1000) ** 30 > 0 }}", "an integer of more than 4096 bits (a power too large)"),
+        (
+            "{% macro f(k) %}{% if k %}{{ f(k - 1) }}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(40) }}",
+            "more than 10000 loop iterations and macro calls",
+        ),
+        ("{{ ('a' * 1000)|replace('a', 'b' * 1000) }}", "a value of more than 262144 characters"),
+        ("{{ (0).to_bytes(1, 'big').decode() }}", "the output contains the control character U+0000"),
+        (
+            "{% set w = 'a ' * 100000 %}{% for i in range(1000) %}{% for j in range(9) %}{{ w|wordcount }}"
+            "{% endfor %}{% endfor %}",
+            "takes more than 0.25 s to render",
+        ),
     ],
 )
 def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, problem):
@@ -189,6 +204,20 @@ def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, pr
     (reason,) = answer.get_json()["errors"]["json"]["template"]
     assert reason.startswith("text: not allowed: ")
     assert problem in reason
+
+
+def test_a_subject_that_breaks_its_line_is_refused_at_save_and_at_preview(project):
+    answer = project.call("POST", "/v1/templates", {**WELCOME, "subject": "Hi\n{{ name }}"})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == {
+        "subject": ["The template prints a line break (U+000A), and a subject is one line."]
+    }
+    assert project.call("POST", "/v1/templates", WELCOME).status_code == 201
+    answer = project.call("POST", "/v1/templates/welcome/preview", {"data": {"name": "Ada\r\nBcc: eve@example.com"}})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == {
+        "template": ["subject: not allowed: the output contains a line break (U+000D), and a subject is one line"]
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from sqlalchemy import event, text
 
 from app.content.rendering import render_version
 from app.db import engine_for
+from app.delivery import dispatch
 from providers.log import LogProvider
 from tasks.maintenance import release_due
 from tasks.prepare import prepare
@@ -450,3 +452,45 @@ def test_a_stored_address_that_is_no_string_fails_its_message_alone(client, engi
     reason = "subscriber 'u1' has no webhook address"
     assert (failed["status"], failed["error"], failed["events"][-1]["data"]) == ("failed", reason, {"reason": reason})
     assert [receipt.message_id for receipt in fake_provider.receipts] == [good]
+
+
+def accepted_raw(engine, project_id: str, template: str, datas: list[dict]) -> list[str]:
+    """Accepted live messages of one template to raw addresses, written around the API so
+    that a test dispatches their prepare task itself."""
+    with engine.begin() as connection:
+        return [
+            connection.execute(
+                text(
+                    """
+                WITH m AS (
+                    INSERT INTO messages (project_id, channel, status, priority, to_address, template, template_version)
+                    VALUES (:p, 'email', 'accepted', 'bulk', 'ada@example.com', :t, 1) RETURNING id)
+                INSERT INTO message_contents (message_id, data)
+                SELECT id, CAST(:data AS jsonb) FROM m RETURNING message_id::text
+                """
+                ),
+                {"p": project_id, "t": template, "data": json.dumps(data)},
+            ).scalar_one()
+            for data in datas
+        ]
+
+
+def test_a_template_bomb_fails_only_its_own_message_in_a_shared_batch(client, engine, fake_provider):
+    bomber, neighbour = create_project(client), create_project(client)
+    bomb = {"key": "bomb", "channel": "email", "subject": "s", "text": "{{ ((x ** 1000) ** 1000) ** 30 > 0 }}"}
+    assert bomber.call("POST", "/v1/templates", bomb).status_code == 201  # x is data: not visible at save
+    assert neighbour.call("POST", "/v1/templates", WELCOME).status_code == 201
+    (bombed,) = accepted_raw(engine, bomber.id, "bomb", [{"x": 10}])
+    good = accepted_raw(
+        engine, neighbour.id, "welcome", [{"name": f"n{i}", "subscriber": {"data": {"plan": "pro"}}} for i in range(3)]
+    )
+    (task,) = dispatch.prepare([good[0], bombed, *good[1:]], "bulk")
+    task.apply_async()
+
+    failed = bomber.wait_for(bombed)
+    assert failed["status"] == "failed"
+    assert failed["error"] == (
+        "render error in text: not allowed: the template makes an integer of more than 4096 bits (a power too large)"
+    )
+    assert [neighbour.wait_for(message_id)["status"] for message_id in good] == ["sent"] * 3
+    assert [fake_provider.count(message_id) for message_id in [bombed, *good]] == [0, 1, 1, 1]

@@ -1,0 +1,95 @@
+"""What one render may spend, counted while it runs: steps, characters built, and time.
+
+Template sources are untrusted code that runs in the prepare worker's threads and the
+API's, where neither Celery's time limits nor signals can stop it. So the sandbox's hooks
+(attribute access, calls, operators, filters, loop iterations, output) report to the
+render's budget as they run, and the budget raises SecurityError the moment one of its
+limits is passed:
+
+- steps: loop iterations and calls of macros, blocks and `loop()` together, because those
+  are the ways a short source repeats work (nested loops multiply, recursion fans out);
+- characters built: every string, list or dict a hook returns counts its length, so a
+  render cannot keep gigabytes alive in values that are each under the size cap;
+- time: the render thread's own CPU clock (`time.thread_time`). A wall clock would also
+  count the time this thread waits for the GIL while its neighbours run, and fail good
+  templates on a busy worker; CPU time is what a bomb takes from the other tenants.
+  Reading that clock is a system call (about 1 µs), so each tick reads the monotonic
+  clock (tens of ns) first: CPU time cannot have run out before wall time has.
+
+Outside a render (compiling, checking a source at save) nothing is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from jinja2.sandbox import SecurityError
+
+MAX_STEPS = 10_000
+MAX_BUILT = 8 * 1024 * 1024
+RENDER_SECONDS = 0.25
+
+
+class Budget:
+    """The allowance of one render; made by `budgeted`, spent through the functions below."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.steps_left = MAX_STEPS
+        self.built_left = MAX_BUILT
+        self.wall_deadline = time.monotonic() + seconds
+        self.deadline = time.thread_time() + seconds
+
+    def tick(self) -> None:
+        if time.monotonic() > self.wall_deadline and time.thread_time() > self.deadline:
+            raise SecurityError(f"the template takes more than {self.seconds} s to render")
+
+    def step(self) -> None:
+        self.tick()
+        self.steps_left -= 1
+        if self.steps_left < 0:
+            raise SecurityError(f"the template runs more than {MAX_STEPS} loop iterations and macro calls")
+
+    def build(self, size: int) -> None:
+        self.tick()
+        self.built_left -= size
+        if self.built_left < 0:
+            raise SecurityError(f"the template builds more than {MAX_BUILT} characters in all")
+
+
+_current: ContextVar[Budget | None] = ContextVar("render_budget", default=None)
+
+
+@contextmanager
+def budgeted(seconds: float = RENDER_SECONDS) -> Iterator[Budget]:
+    """A fresh budget for the render run inside the block."""
+    budget = Budget(seconds)
+    token = _current.set(budget)
+    try:
+        yield budget
+    finally:
+        _current.reset(token)
+
+
+def tick() -> None:
+    """A hook ran: check the clock now and then."""
+    budget = _current.get()
+    if budget is not None:
+        budget.tick()
+
+
+def step() -> None:
+    """A loop iteration or a macro, block or `loop()` call."""
+    budget = _current.get()
+    if budget is not None:
+        budget.step()
+
+
+def build(size: int) -> None:
+    """A hook made a value of this length."""
+    budget = _current.get()
+    if budget is not None:
+        budget.build(size)
