@@ -101,7 +101,9 @@ class DeadlinePassed(requests.ReadTimeout):
 def exchange(
     session: requests.Session, method: str, url: str, seconds: float, limit: int = ANSWER_LIMIT, **kwargs: Any
 ) -> Answer:
-    """Send one request and read at most `limit` bytes of its answer, all within `seconds`.
+    """Send one request and keep at most `limit` bytes of its answer, all within `seconds`.
+
+    One byte more is read and decoded, to know that the answer went on (`oversize`).
 
     `session` must have a BoundedAdapter (see `bound`). Redirects are never followed. Raises
     what requests raises, with DeadlinePassed for any read past the deadline.
