@@ -2,7 +2,7 @@
 
 An adapter is mostly a table: it builds its provider's payload, reads the answer, and maps
 the provider's error codes onto the error classes below. Everything that is the same for
-every provider lives here: the HTTP session and its timeouts, reading rate-limit headers,
+every provider lives here: the HTTP session and its deadline, reading rate-limit headers,
 turning an error into a per-message result, and sending one request per message (or group)
 without reporting already-sent messages as failed.
 """
@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Protocol, Self
 
 import requests
 from urllib3.exceptions import ProtocolError
+
+from providers.bounded import ANSWER_LIMIT, Answer, bound, exchange
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class ProviderError(Exception):
     invalid_token: ClassVar[bool] = False
     retry_after: float | None = None
     # The provider's answer, when there was one: kept for adapters that read more from it.
-    response: requests.Response | None = None
+    response: Answer | None = None
 
 
 class TransientError(ProviderError):
@@ -250,10 +252,10 @@ def http_client(
     env: Mapping[str, str],
     prefix: str,
     default_url: str,
-    classify: Callable[[requests.Response], ProviderError] | None = None,
+    classify: Callable[[Answer], ProviderError] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> HttpClient:
-    """An HttpClient from the `{prefix}_BASE_URL` and `{prefix}_TIMEOUT` settings.
+    """An HttpClient from the `{prefix}_BASE_URL` and `{prefix}_TIMEOUT` (a whole call's deadline) settings.
 
     Every adapter's base URL is configurable so tests, and the load-test fake server, can
     stand in for the real provider on 127.0.0.1.
@@ -301,16 +303,16 @@ def wait_from_headers(headers: Mapping[str, str], default: float = 1.0) -> float
 # -- HTTP -----------------------------------------------------------------------------------
 
 
-def build_error(kind: type[ProviderError], detail: str, response: requests.Response) -> ProviderError:
+def build_error(kind: type[ProviderError], detail: str, response: Answer) -> ProviderError:
     """Instantiate an error class from an adapter's table, reading the wait for RateLimited."""
     if issubclass(kind, RateLimited):
         return kind(detail, wait_from_headers(response.headers))
     return kind(detail)
 
 
-def error_for_status(response: requests.Response, detail: str | None = None) -> ProviderError:
+def error_for_status(response: Answer, detail: str | None = None) -> ProviderError:
     """The error an HTTP status means when the provider's body says nothing more specific."""
-    detail = detail or f"HTTP {response.status_code}: {response.text[:500]}"
+    detail = detail or f"HTTP {response.status_code}: {response.excerpt(500)}"
     status = response.status_code
     if status == 429:
         return build_error(RateLimited, detail, response)
@@ -322,15 +324,15 @@ def error_for_status(response: requests.Response, detail: str | None = None) -> 
 
 
 def error_from_table(
-    table: Mapping[Any, type[ProviderError]], code: Any, detail: str, response: requests.Response
+    table: Mapping[Any, type[ProviderError]], code: Any, detail: str, response: Answer
 ) -> ProviderError:
     """The error for a provider's own error code, falling back on the HTTP status."""
     kind = table.get(code)
     return build_error(kind, detail, response) if kind else error_for_status(response, detail)
 
 
-def json_body(response: requests.Response) -> Any:
-    """The response's JSON, or None when it has none (an error page, an empty body)."""
+def json_body(response: Answer) -> Any:
+    """The answer's JSON, or None when it has none (an error page, an empty body, one cut off)."""
     try:
         return response.json()
     except ValueError:
@@ -338,12 +340,13 @@ def json_body(response: requests.Response) -> Any:
 
 
 class HttpClient:
-    """A pooled session with timeouts that turns HTTP failures into provider errors.
+    """A pooled session with a deadline per call that turns HTTP failures into provider errors.
 
     Adapters build payloads and read answers; this class owns what is the same for every
-    provider: connection reuse, timeouts, redirects (never followed: a provider API does
-    not redirect a POST, and a webhook target must not bounce us elsewhere), and the
-    status → error mapping, refined per provider by `classify`.
+    provider: connection reuse, the deadline and the cap on answers (providers/bounded.py),
+    redirects (never followed: a provider API does not redirect a POST, and a webhook
+    target must not bounce us elsewhere), and the status → error mapping, refined per
+    provider by `classify`.
     """
 
     def __init__(
@@ -351,27 +354,28 @@ class HttpClient:
         base_url: str,
         headers: Mapping[str, str] | None = None,
         timeout: float = 10.0,
-        classify: Callable[[requests.Response], ProviderError] = error_for_status,
+        classify: Callable[[Answer], ProviderError] = error_for_status,
         session: requests.Session | None = None,
     ):
         self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+        self.timeout = timeout  # for the whole call: connect, send and the answer
         self.classify = classify
-        self.session = session or requests.Session()
+        self.session = bound(session or requests.Session())
         self.session.headers.update(headers or {})
 
-    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """Send one request; raise the provider error its failure means.
+    def request(self, method: str, path: str, limit: int = ANSWER_LIMIT, **kwargs: Any) -> Answer:
+        """Send one request and read at most `limit` bytes of its answer; raise the provider
+        error its failure means.
 
         `path` is appended to the base URL unless it is a whole URL (webhook targets).
         """
         url = path if path.startswith(("https://", "http://")) else self.base_url + path
         try:
-            response = self.session.request(method, url, timeout=self.timeout, allow_redirects=False, **kwargs)
+            response = exchange(self.session, method, url, self.timeout, limit, **kwargs)
         except requests.ConnectTimeout as error:
             raise Unreachable(f"could not connect to {url}: {error}") from error
-        except requests.ReadTimeout as error:
-            raise ambiguous(url, f"no answer within {self.timeout:g}s") from error
+        except requests.ReadTimeout as error:  # the deadline passed after the request left
+            raise ambiguous(url, str(error)) from error
         except requests.ConnectionError as error:
             # A connection dropped after the request left is ambiguous; one never made is not.
             if any(isinstance(arg, ProtocolError) for arg in error.args):
@@ -393,11 +397,15 @@ class HttpClient:
         if payload is not None:
             kwargs["json"] = payload
         response = self.request("POST", path, headers=headers, **kwargs)
-        if not response.content:
-            return None
+        return self.success_json(response, path) if response.content else None
+
+    def success_json(self, response: Answer, path: str) -> Any:
+        """The JSON of a 2xx answer; one too long or unreadable is ambiguous: the provider took the request."""
+        if response.oversize:
+            raise ambiguous(self.base_url + path, f"answer over {response.limit // 1024} KiB")
         answer = json_body(response)
         if answer is None:
-            raise ambiguous(self.base_url + path, f"unreadable answer: {response.text[:200]!r}")
+            raise ambiguous(self.base_url + path, f"unreadable answer: {response.excerpt(200)!r}")
         return answer
 
 

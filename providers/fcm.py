@@ -13,8 +13,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-import requests
-
 from providers.base import (
     ConfigurationError,
     HttpClient,
@@ -34,6 +32,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer
 
 try:
     from google.auth import exceptions as google_errors
@@ -58,7 +57,7 @@ ERRORS: Mapping[str, type[ProviderError]] = {
 }
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     """FCM's code is in `error.details[].errorCode`; without one, the HTTP status decides."""
     body = json_body(response)
     error = body.get("error") if isinstance(body, dict) else None

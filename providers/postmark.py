@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-import requests
-
 from providers.base import (
     MESSAGE_ID_TAG,
     ConfigurationError,
@@ -34,6 +32,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer, batch_limit
 
 # Postmark API error codes (developer docs, "API error codes").
 ERRORS: Mapping[int, type[ProviderError]] = {
@@ -55,11 +54,11 @@ ERRORS: Mapping[int, type[ProviderError]] = {
 }
 
 
-def error_for(code: Any, message: Any, response: requests.Response) -> ProviderError:
+def error_for(code: Any, message: Any, response: Answer) -> ProviderError:
     return error_from_table(ERRORS, code, f"Postmark {code}: {message}", response)
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     body = json_body(response)
     if not isinstance(body, dict) or "ErrorCode" not in body:
         return error_for_status(response)
@@ -107,10 +106,13 @@ class PostmarkProvider:
         return self._send_batch(group)
 
     def _send_batch(self, batch: Sequence[Outbound]) -> list[SendResult]:
-        response = self.client.request("POST", "/email/batch", json=[self._email(m) for m in batch])
-        answers = json_body(response)
+        # About 150 bytes of answer per message: 500 of them take more than one answer's cap.
+        response = self.client.request(
+            "POST", "/email/batch", batch_limit(len(batch)), json=[self._email(m) for m in batch]
+        )
+        answers = self.client.success_json(response, "/email/batch")
         if not isinstance(answers, list):
-            raise TransientError(f"unreadable batch answer: {response.text[:200]!r}", ambiguous=True)
+            raise TransientError(f"unreadable batch answer: {response.excerpt(200)!r}", ambiguous=True)
         # Answers come in the order of the request's messages.
         results = [self._result(m, answer, response) for m, answer in zip(batch, answers, strict=False)]
         results += [
@@ -121,10 +123,10 @@ class PostmarkProvider:
 
     def _send_one(self, group: Sequence[Outbound]) -> list[SendResult]:
         response = self.client.request("POST", "/email", json=self._email(group[0]))
-        return [self._result(group[0], json_body(response), response)]
+        return [self._result(group[0], self.client.success_json(response, "/email"), response)]
 
     @staticmethod
-    def _result(message: Outbound, answer: Any, response: requests.Response) -> SendResult:
+    def _result(message: Outbound, answer: Any, response: Answer) -> SendResult:
         if isinstance(answer, dict) and answer.get("ErrorCode") == 0:
             return SendResult(message.message_id, Outcome.SENT, provider_message_id=answer.get("MessageID"))
         if not isinstance(answer, dict):

@@ -14,8 +14,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-import requests
-
 from providers.base import (
     MESSAGE_ID_TAG,
     ConfigurationError,
@@ -34,6 +32,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer
 
 # Resend's error `name` → our error, where the HTTP status alone would say less.
 ERRORS: Mapping[str, type[ProviderError]] = {
@@ -49,7 +48,7 @@ ERRORS: Mapping[str, type[ProviderError]] = {
 }
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     body = json_body(response)
     if not isinstance(body, dict):
         return error_for_status(response)

@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from email.utils import parseaddr
 from typing import Any, ClassVar, Self
 
-import requests
-
 from providers.base import (
     MESSAGE_ID_TAG,
     Outbound,
@@ -33,11 +31,12 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer
 
 OFFENDER = re.compile(r"^personalizations\.(\d+)\.")
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     """SendGrid's errors carry no codes, only messages and fields: the HTTP status decides."""
     body = json_body(response)
     errors = body.get("errors") if isinstance(body, dict) else None

@@ -12,8 +12,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-import requests
-
 from providers.base import (
     MESSAGE_ID_TAG,
     ConfigurationError,
@@ -31,6 +29,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer
 
 try:
     import botocore.session
@@ -61,13 +60,13 @@ ERRORS: Mapping[str, type[ProviderError]] = {
 }
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     """Read the error type as botocore does: the `x-amzn-ErrorType` header, else the body."""
     body = json_body(response)
     body = body if isinstance(body, dict) else {}
     kind = response.headers.get("x-amzn-ErrorType", "").split(":")[0]
     kind = kind or str(body.get("__type") or body.get("code") or "").split("#")[-1]
-    message = body.get("message") or body.get("Message") or response.text[:300]
+    message = body.get("message") or body.get("Message") or response.excerpt(300)
     if not kind:
         return error_for_status(response)
     detail = f"SES {kind}: {message}"

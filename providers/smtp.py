@@ -2,12 +2,14 @@
 
 A batch shares one connection: connecting, the TLS handshake and AUTH cost more than a
 message. Replies are mapped per message: a refused recipient fails only its message (and a
-"no such mailbox" one is suppressed), a refused sender or a failed login is the account's
-problem. A dropped connection is reopened for the rest of the batch.
+"no such mailbox" one is suppressed), and so does one the email library cannot build; a
+refused sender or a failed login is the account's problem. A dropped connection is
+reopened for the rest of the batch.
 """
 
 from __future__ import annotations
 
+import email.errors
 import email.policy
 import smtplib
 import ssl
@@ -33,6 +35,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import storable
 
 SECURITY = {"starttls": 587, "ssl": 465, "none": 25}  # mode → its usual port
 AUTH_CODES = {530, 534, 535, 538}  # authentication required, too weak, failed, encryption needed
@@ -44,7 +47,7 @@ Stage = Literal["sender", "recipient", "data"]
 
 def reply_error(code: int, reply: bytes | str, stage: Stage) -> ProviderError:
     """The error an SMTP reply means at the stage of the transaction where it came."""
-    text = reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
+    text = storable(reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply))
     detail = f"SMTP {code} at {stage}: {text}"
     if code in AUTH_CODES or (stage == "sender" and code >= 500):
         return ConfigurationError(detail)
@@ -207,9 +210,9 @@ class Connection:
 
     def send(self, group: Sequence[Outbound]) -> list[SendResult]:
         message = group[0]
+        mime = self.build(message)
         if self.smtp is None or self.smtp.sock is None:  # smtplib closes it itself after a 421
             self.smtp = self.provider.connect()
-        mime = self.provider.mime(message)
         envelope_from = parseaddr(message.from_address or self.provider.sender)[1]
         try:
             self.smtp.send_message(mime, from_addr=envelope_from, to_addrs=[message.to])
@@ -228,6 +231,17 @@ class Connection:
             self.smtp = None
             raise ambiguous(f"smtp://{self.provider.host}:{self.provider.port}", str(error)) from error
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=mime["Message-ID"])]
+
+    def build(self, message: Outbound) -> EmailMessage:
+        """The message's MIME, before anything of it reaches the relay.
+
+        What the email library refuses (a header value with CR or LF, say) fails this
+        message alone: the connection stays open for the rest of the batch.
+        """
+        try:
+            return self.provider.mime(message)
+        except (ValueError, email.errors.MessageError) as error:
+            raise PermanentError(f"the message cannot be built: {error}") from error
 
     def close(self) -> None:
         if self.smtp is None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Self
 
-import requests
-
 from providers.base import (
     ConfigurationError,
     Outbound,
@@ -28,6 +26,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer
 
 # Twilio error codes (twilio.com/docs/api/errors).
 ERRORS: Mapping[int, type[ProviderError]] = {
@@ -48,7 +47,7 @@ ERRORS: Mapping[int, type[ProviderError]] = {
 }
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     body = json_body(response)
     if not isinstance(body, dict) or "code" not in body:
         return error_for_status(response)

@@ -20,9 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import requests
-from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from providers import signing
 from providers.base import (
@@ -38,6 +36,7 @@ from providers.base import (
     required,
     send_groups,
 )
+from providers.bounded import Answer, BoundedAdapter
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -64,12 +63,13 @@ def check_peer(address: str, allowed: Sequence[Network], plain_http: bool) -> No
 
 def guarded(base: type[HTTPConnection], allowed: Sequence[Network]) -> type[HTTPConnection]:
     """A urllib3 connection class that checks the peer right after connecting, before TLS."""
+    plain_http = not issubclass(base, HTTPSConnection)
 
     class Guarded(base):
         def _new_conn(self):
             sock = super()._new_conn()
             try:
-                check_peer(sock.getpeername()[0], allowed, plain_http=base is HTTPConnection)
+                check_peer(sock.getpeername()[0], allowed, plain_http=plain_http)
             except RefusedTarget:
                 sock.close()
                 raise
@@ -78,38 +78,29 @@ def guarded(base: type[HTTPConnection], allowed: Sequence[Network]) -> type[HTTP
     return Guarded
 
 
-class GuardedAdapter(HTTPAdapter):
-    """A requests transport whose every connection goes through `check_peer`."""
+class GuardedAdapter(BoundedAdapter):
+    """A bounded requests transport whose every connection also goes through `check_peer`."""
 
     def __init__(self, allowed: Sequence[Network]):
-        self.pools = {
-            "http": type("GuardedPool", (HTTPConnectionPool,), {"ConnectionCls": guarded(HTTPConnection, allowed)}),
-            "https": type(
-                "GuardedTLSPool", (HTTPSConnectionPool,), {"ConnectionCls": guarded(HTTPSConnection, allowed)}
-            ),
-        }
-        super().__init__()
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = self.pools
+        super().__init__(lambda base: guarded(base, allowed))
 
 
-def classify(response: requests.Response) -> ProviderError:
+def classify(response: Answer) -> ProviderError:
     """A receiver's answer concerns its own endpoint only: never pause the whole channel.
 
     Timeouts, 5xx, 408, 409, 425 and 429 are worth another attempt later; any other answer
-    (3xx, which we do not follow, 4xx, and 410 Gone above all) fails the message.
+    (3xx, which we do not follow, 4xx, and 410 Gone above all) fails the message. Its body
+    is only an excerpt in the error.
     """
-    detail = f"HTTP {response.status_code} from the receiver: {response.text[:300]}"
+    detail = f"HTTP {response.status_code} from the receiver: {response.excerpt(300)}"
     if response.status_code >= 500 or response.status_code in (408, 409, 425, 429):
         return TransientError(detail)
     return PermanentError(detail)
 
 
 def guarded_session(allowed: Sequence[Network]) -> requests.Session:
-    """A session whose every connection goes through `check_peer`, and that ignores proxies
-    from the environment (a proxy would hide the real target)."""
+    """A bounded session whose every connection goes through `check_peer`, and that ignores
+    proxies from the environment (a proxy would hide the real target)."""
     session = requests.Session()
     session.trust_env = False
     session.mount("http://", GuardedAdapter(allowed))

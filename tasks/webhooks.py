@@ -29,6 +29,7 @@ from app.delivery.broker import celery_app
 from app.delivery.webhook_store import Attempt, Settled
 from app.enums import EventType, WebhookDeliveryStatus
 from providers import signing
+from providers.bounded import exchange
 from providers.webhook import RefusedTarget, guarded_session, signed_headers
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
@@ -87,7 +88,12 @@ def http_session(config: Settings) -> requests.Session:
 
 
 def post(row: Row, config: Settings) -> Attempt:
-    """POST one delivery, signed with the current secret and, during a rotation, the previous one."""
+    """POST one delivery, signed with the current secret and, during a rotation, the previous one.
+
+    Bounded like every provider call (providers/bounded.py): WEBHOOK_TIMEOUT for the whole
+    exchange and an excerpt of at most the answer's cap, so a hostile receiver costs one
+    thread that long and no more.
+    """
     body = json.dumps(row.events if row.batch else row.events[0], separators=(",", ":"), ensure_ascii=False)
     keys = [
         signing.secret_key(decrypt(secret), "webhook secret") for secret in (row.secret, row.previous_secret) if secret
@@ -100,15 +106,15 @@ def post(row: Row, config: Settings) -> Attempt:
         return Attempt(row.id, row.endpoint_id, elapsed, **result)  # type: ignore[arg-type]
 
     try:
-        response = http_session(config).post(
-            row.url, data=body.encode(), headers=headers, timeout=config.webhook_timeout, allow_redirects=False
+        answer = exchange(
+            http_session(config), "POST", row.url, config.webhook_timeout, data=body.encode(), headers=headers
         )
     except RefusedTarget as error:
         return done(error=f"refused target: {error}")
     except requests.RequestException as error:
         return done(error=f"{type(error).__name__}: {error}")
-    error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
-    return done(status_code=response.status_code, response=response.text[:RESPONSE_KEPT], error=error)
+    error = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
+    return done(status_code=answer.status_code, response=answer.excerpt(RESPONSE_KEPT), error=error)
 
 
 def settle(attempt: Attempt, attempts_made: int, config: Settings, now: datetime) -> Settled:

@@ -33,6 +33,7 @@ from app.runtime import migrate
 from app.runtime.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
 from tasks.celery_app import configure
+from tests.hostile_server import HostileServer
 from tests.provider_server import FakeProviderServer
 
 ADMIN_KEY = "test-admin-key-0123456789"
@@ -59,6 +60,14 @@ def server_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 @pytest.fixture(scope="session")
 def fake_provider() -> Iterator[FakeProviderServer]:
     server = FakeProviderServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileServer]:
+    """Receivers that answer badly on purpose (tests/hostile_server.py), and one good one."""
+    server = HostileServer().start()
     yield server
     server.stop()
 

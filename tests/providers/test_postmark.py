@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from providers.base import ConfigurationError, Outcome, PermanentError, RateLimited, TransientError
+from providers.bounded import ANSWER_LIMIT
 from providers.postmark import PostmarkProvider
 from tests.providers.helpers import FILES, email, emails
 
@@ -103,6 +105,28 @@ def test_a_batch_of_500_is_one_call(httpserver, adapter):
     assert PostmarkProvider.max_batch == 500
     assert {r.outcome for r in adapter.send(batch)} == {Outcome.SENT}
     assert len(httpserver.log) == 1
+
+
+def test_a_batch_answer_longer_than_one_answers_cap_is_read_whole(httpserver, adapter):
+    answers: list[bytes] = []
+
+    def answer(request: Request) -> Response:
+        # Postmark's MessageIDs are UUIDs: 500 answers take about 75 KB.
+        body = [ok(str(uuid.UUID(int=i)), m["To"]) for i, m in enumerate(request.get_json())]
+        answers.append(json.dumps(body).encode())
+        return Response(answers[-1], content_type="application/json")
+
+    httpserver.expect_oneshot_request("/email/batch").respond_with_handler(answer)
+    results = adapter.send(emails(500))
+    assert len(answers[0]) > ANSWER_LIMIT
+    assert [r.provider_message_id for r in results] == [str(uuid.UUID(int=i)) for i in range(500)]
+
+
+def test_an_endless_batch_answer_is_ambiguous(httpserver, adapter):
+    httpserver.expect_oneshot_request("/email/batch").respond_with_data("[" + '{"ErrorCode": 0}, ' * 200_000)
+    with pytest.raises(TransientError, match="answer over 66 KiB") as raised:
+        adapter.send(emails(2))
+    assert raised.value.ambiguous
 
 
 def test_messages_missing_from_a_short_answer_are_transient(httpserver, adapter):

@@ -310,3 +310,25 @@ def test_attachments_pass_through_as_the_base64_they_are(serve):
     # On the wire: the stored base64, cut into 76-character lines, not encoded again.
     lines = [content[i : i + 76].encode() for i in range(0, len(content), 76)]
     assert b"\r\n".join(lines) in received.raw
+
+
+def test_a_message_that_cannot_be_built_fails_alone_and_the_rest_go_once_on_the_same_connection(serve):
+    mailbox, port = serve()
+    batch = [email(1), email(2, subject="Hi\r\nBcc: everyone@example.com"), email(3)]
+    results = SmtpProvider.from_env(settings(port)).send(batch)
+    assert [(r.message_id, r.outcome) for r in results] == [
+        ("m1", Outcome.SENT),
+        ("m2", Outcome.PERMANENT),
+        ("m3", Outcome.SENT),
+    ]
+    assert "cannot be built" in results[1].error
+    assert [r.rcpt_tos for r in mailbox.received] == [["user1@example.com"], ["user3@example.com"]]
+    assert mailbox.connections == 1
+
+
+def test_a_relay_reply_with_nul_bytes_is_stored_without_them(serve):
+    mailbox, port = serve()
+    mailbox.refuse = {"user1@example.com": "550 5.7.1 refused\x00 here"}
+    [result] = SmtpProvider.from_env(settings(port)).send([email(1)])
+    assert result.outcome is Outcome.PERMANENT
+    assert "\x00" not in result.error and "refused\ufffd here" in result.error

@@ -1,4 +1,5 @@
-"""Webhook adapter: Standard Webhooks signatures (checked with the reference package), SSRF guard."""
+"""Webhook adapter: Standard Webhooks signatures (checked with the reference package), SSRF guard,
+and receivers that answer badly on purpose."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from providers.base import Outbound, Outcome
 from providers.webhook import RefusedTarget, WebhookProvider, check_peer, networks
+from tests.hostile_server import ENDLESS_CHUNK, HostileServer
 
 SECRET = "whsec_" + base64.b64encode(b"a-32-byte-secret-for-the-tests!!").decode()
 LOOPBACK = "127.0.0.0/8,::1/128"
@@ -139,3 +141,28 @@ def test_one_message_per_call():
 def test_settings(env, message):
     with pytest.raises(ValueError, match=message):
         WebhookProvider.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [
+        ("endless", "HTTP 500 from the receiver: " + ENDLESS_CHUNK[:300].decode()),
+        ("bomb", "HTTP 500 from the receiver: " + "bomb " * 60),
+        ("drip", "ambiguous: no complete answer within 1s"),
+        ("nul", "HTTP 500 from the receiver: refused\ufffd\ufffd by the receiver"),
+    ],
+)
+def test_a_hostile_receiver_fails_its_own_message_and_the_next_one_goes(hostile: HostileServer, behaviour, error):
+    adapter = WebhookProvider.from_env(
+        {"WEBHOOK_SIGNING_SECRET": SECRET, "WEBHOOK_ALLOWED_NETWORKS": LOOPBACK, "WEBHOOK_TIMEOUT": "1"}
+    )
+    bad, good = adapter.send([hook(hostile.url(behaviour, 500), 1, data={}), hook(hostile.url("good"), 2, data={})])
+    assert (bad.outcome, bad.error) == (Outcome.TRANSIENT, error)
+    assert good.outcome is Outcome.SENT
+    assert (hostile.stats(behaviour).requests, hostile.stats("good").requests) == (1, 1)
+
+
+@pytest.mark.parametrize("behaviour", ["endless", "bomb"])
+def test_the_status_decides_however_long_the_body(hostile: HostileServer, adapter, behaviour):
+    [result] = adapter.send([hook(hostile.url(behaviour, 200), data={})])
+    assert result.outcome is Outcome.SENT

@@ -1,6 +1,7 @@
-"""What deliver does beyond sending: suppress refused recipients, drop dead push tokens, and
-hand adapters the structured content prepare rendered. Real adapters against local servers
-speaking Postmark, Twilio, FCM and a webhook receiver; the worker prepares, the test delivers.
+"""What deliver does beyond sending: suppress refused recipients, drop dead push tokens, hand
+adapters the structured content prepare rendered, and record what a hostile receiver answered
+without holding up its batch. Real adapters against local servers speaking Postmark, Twilio,
+FCM and a webhook receiver; the worker prepares, the test delivers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tasks.celery_app import configure
 from tasks.deliver import deliver
 from tests.conftest import email
 from tests.fcm_server import SEND, fcm_error, serve_tokens, service_account
+from tests.hostile_server import HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -53,6 +55,7 @@ def real_providers(settings, httpserver: HTTPServer, key) -> Iterator[None]:
         "FCM_BASE_URL": url,
         "WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
         "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "WEBHOOK_TIMEOUT": "1",  # a receiver on 127.0.0.1 answers well within it, unless it drips
     }
     chains = {
         Channel.EMAIL: ("postmark",),
@@ -186,3 +189,29 @@ def test_a_webhook_template_posts_its_rendered_json_as_the_body(project, httpser
     assert signing.verify(
         key, headers["webhook-id"], headers["webhook-timestamp"], request.get_data(), headers["webhook-signature"]
     )
+
+
+def webhook(url: str) -> dict:
+    return {"channel": "webhook", "to": {"url": url}, "content": {"text": "hello"}}
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [
+        ("endless", "HTTP 500 from the receiver: endless endless "),
+        ("bomb", "HTTP 500 from the receiver: bomb bomb "),
+        ("drip", "ambiguous: no complete answer within 1s"),
+        ("nul", "HTTP 500 from the receiver: refused\ufffd\ufffd by the receiver"),
+    ],
+)
+def test_a_hostile_receiver_costs_its_message_one_attempt_and_the_batch_goes_on(
+    project, hostile: HostileServer, real_providers, behaviour, error
+):
+    bad = prepared(project, webhook(hostile.url(behaviour, 500)))
+    good = prepared(project, webhook(hostile.url("good")))
+    deliver("webhook", [bad, good])
+    retrying = project.get(bad).get_json()
+    assert (retrying["status"], retrying["attempts"]) == ("retrying", 1)
+    assert retrying["error"].startswith(error) and len(retrying["error"]) <= len("HTTP 500 from the receiver: ") + 300
+    assert project.get(good).get_json()["status"] == "sent"
+    assert (hostile.stats(behaviour).requests, hostile.stats("good").requests) == (1, 1)

@@ -1,11 +1,13 @@
 """Outbound webhooks end to end: a receiver on 127.0.0.1 checks every request with the
-reference `standardwebhooks` verifier; retries, batching, disabling and replay."""
+reference `standardwebhooks` verifier; retries, batching, disabling, replay, and receivers
+that answer badly on purpose."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,9 +16,11 @@ from sqlalchemy import text
 from standardwebhooks import Webhook
 from werkzeug import Request, Response
 
-from app.config import current_settings
+from app.config import Settings, current_settings
+from tasks.celery_app import configure
 from tasks.webhooks import deliver_webhooks, post, release_webhooks
-from tests.conftest import email
+from tests.conftest import ProjectKeys, email
+from tests.hostile_server import ENDLESS_CHUNK, HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -273,3 +277,33 @@ def test_beat_releases_parked_retries_and_reclaims_dead_claims(project, receiver
             break
         time.sleep(0.05)
     assert statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"}
+
+
+@pytest.fixture
+def short_deadline(settings: Settings, project: ProjectKeys) -> Iterator[None]:
+    """A WEBHOOK_TIMEOUT of 1 s for the worker's POSTs, after `project` configured the usual settings."""
+    configure(dataclasses.replace(settings, webhook_timeout=1.0))
+    yield
+    configure(settings)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status_code", "response", "error"),
+    [
+        ("endless", 500, ENDLESS_CHUNK[:500].decode(), "HTTP 500"),
+        ("bomb", 500, "bomb " * 100, "HTTP 500"),
+        ("drip", None, None, "DeadlinePassed: no complete answer within 1s"),
+        ("nul", 500, "refused\ufffd\ufffd by the receiver", "HTTP 500"),
+    ],
+)
+def test_a_hostile_receiver_costs_one_bounded_attempt_and_the_good_one_gets_its_delivery_once(
+    project, receiver, hostile: HostileServer, short_deadline, behaviour, status_code, response, error
+):
+    bad = endpoint(project, hostile.url(behaviour, 500))
+    good = endpoint(project, receiver.url)
+    project.send(email())
+    [attempt] = wait_for_delivery(project, bad["id"], {"retrying"})["attempts"]
+    assert (attempt["status_code"], attempt["response"], attempt["error"]) == (status_code, response, error)
+    assert wait_for_delivery(project, good["id"], {"succeeded"})["status"] == "succeeded"
+    assert len(receiver.received) == 1
+    assert hostile.stats(behaviour).requests == 1
