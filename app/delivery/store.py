@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.delivery import fanout
 from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
 from app.enums import EventType, MessageStatus
+from providers import bounded
 
 
 @dataclass(frozen=True)
@@ -181,8 +182,8 @@ MAX_ERROR_CHARS = 1000
 
 
 def storable(text_value: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """`text_value` as PostgreSQL's text takes it: no NUL (it refuses the whole statement), bounded."""
-    return text_value.replace("\x00", "\\0")[:limit]
+    """`text_value` as PostgreSQL's text takes it (a NUL fails the whole statement), and bounded."""
+    return bounded.storable(text_value)[:limit]
 
 
 def fail_alone(session: Session, message_id: str, expected: MessageStatus, error: str) -> bool:

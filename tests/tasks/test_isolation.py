@@ -137,7 +137,7 @@ def test_a_provider_answer_postgresql_would_refuse_is_still_written(client, engi
             text("SELECT DISTINCT provider_message_id FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"),
             {"ids": ids},
         ).scalars()
-        assert list(stored) == ["p\\0q"]
+        assert list(stored) == ["p\ufffdq"]
 
 
 @pytest.mark.usefixtures("worker")
