@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 
 import pytest
@@ -14,7 +13,7 @@ from sqlalchemy import text
 from app.delivery import dispatch
 from tasks.isolation import in_halves
 from tests.conftest import create_project
-from tests.faults.stack import insert_accepted, new_project, statuses
+from tests.faults.stack import insert_accepted, new_project, wait_until_terminal
 from tests.provider_server import json_response
 
 
@@ -71,15 +70,6 @@ def poison_counts(client) -> dict[str, float]:
     }
 
 
-def wait_for(engine, ids, wanted, timeout=30.0) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = statuses(engine, ids)
-        if all(status in wanted for status in seen.values()) or time.monotonic() > deadline:
-            return seen
-        time.sleep(0.1)
-
-
 @pytest.mark.usefixtures("worker")
 def test_a_poisoned_message_of_one_project_fails_alone_and_another_projects_99_are_sent_once(
     client, engine, fake_provider
@@ -105,7 +95,7 @@ def test_a_poisoned_message_of_one_project_fails_alone_and_another_projects_99_a
     (task,) = dispatch.prepare([*good[:50], poison, *good[50:]], "bulk")
     task.apply_async()
 
-    seen = wait_for(engine, [poison, *good], {"sent", "failed"})
+    seen = wait_until_terminal(engine, [poison, *good], timeout=30)
     assert seen[poison] == "failed"
     assert Counter(seen[i] for i in good) == Counter({"sent": 99})
     ledger = Counter(r.message_id for r in fake_provider.delivered())
@@ -131,7 +121,7 @@ def test_a_provider_answer_postgresql_would_refuse_is_still_written(client, engi
     ids = insert_accepted(engine, new_project(engine), 3)
     for task in dispatch.prepare(ids, "bulk"):
         task.apply_async()
-    assert wait_for(engine, ids, {"sent", "failed"}) == dict.fromkeys(ids, "sent")
+    assert wait_until_terminal(engine, ids, timeout=30) == dict.fromkeys(ids, "sent")
     with engine.connect() as connection:
         stored = connection.execute(
             text("SELECT DISTINCT provider_message_id FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"),
@@ -152,7 +142,7 @@ def test_a_message_that_cannot_be_built_for_the_provider_fails_alone(client, eng
         )
     for task in dispatch.prepare(ids, "bulk"):
         task.apply_async()
-    seen = wait_for(engine, ids, {"sent", "failed"})
+    seen = wait_until_terminal(engine, ids, timeout=30)
     assert seen == {**dict.fromkeys(ids, "sent"), broken: "failed"}
     ledger = Counter(r.message_id for r in fake_provider.delivered())
     assert [ledger[i] for i in ids] == [1, 0, 1]
