@@ -164,7 +164,10 @@ class WebhookProvider:
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
-        return signed_headers(message.message_id, body, [self.key])
+        """Signed with the message's project's keys where it has them, so that no project can
+        sign for another; with this adapter's (the deployment's or an own account's) otherwise."""
+        keys = [self.key if key is None else key for key in message.signing_keys] or [self.key]
+        return signed_headers(message.message_id, body, keys)
 
 
 def request_body(message: Outbound) -> str:
