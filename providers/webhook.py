@@ -2,7 +2,9 @@
 
 Headers `webhook-id` (our message id, the same on every retry so the receiver can
 deduplicate), `webhook-timestamp` and `webhook-signature` (providers/signing.py), as
-standardwebhooks.com specifies.
+standardwebhooks.com specifies. The engine hands each message its project's keys
+(`Outbound.signing_keys`), so no project signs for another; the configured
+WEBHOOK_SIGNING_SECRET signs only where it says so, or for a message that brings none.
 
 The URL comes from whoever sends the notification, so the request must not become a way
 into our own network (SSRF): the address actually connected to is checked on every new
