@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from app.config import current_settings
+from providers import signing
 
 
 @cache
@@ -32,3 +33,9 @@ def encrypt(text: str) -> str:
 def decrypt(token: str) -> str:
     """Raises cryptography.fernet.InvalidToken when the key changed or the token was altered."""
     return _fernet(current_settings().secret_key).decrypt(token.encode()).decode()
+
+
+def signing_key(stored: str) -> bytes:
+    """The HMAC key inside a stored (encrypted) `whsec_` secret: outbound endpoints' and the
+    webhook channel's are kept the same way. InvalidToken as `decrypt`."""
+    return signing.secret_key(decrypt(stored), "webhook signing secret")

@@ -78,6 +78,13 @@ class Project(Base):
     channels: Mapped[list[str]] = mapped_column(ARRAY(String(16)))
     rate_limit_per_min: Mapped[int | None] = mapped_column(Integer)
     settings: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
+    # The webhook channel's signing secret (whsec_…, encrypted: app.crypto). None for projects
+    # made before there was one: they sign with the account's secret until they rotate.
+    webhook_signing_secret: Mapped[str | None] = mapped_column(Text)
+    # After a rotation the old secret signs too, until it expires; None with an expiry set:
+    # the old one is the account's secret (the first rotation of such a project).
+    webhook_signing_previous_secret: Mapped[str | None] = mapped_column(Text)
+    webhook_signing_previous_expires_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = _now()
 
 

@@ -170,6 +170,10 @@ class Outbound:
     cc: str | None = None
     # Files, for adapters that declare `attachments = True` (see `registry.carries_attachments`).
     attachments: Sequence[Attachment] = ()
+    # The keys a signing adapter (webhook) signs with instead of its configured one, each
+    # giving a signature: the project's own, current first. None stands for the adapter's
+    # configured key; empty: that key alone.
+    signing_keys: Sequence[bytes | None] = ()
 
 
 @dataclass(frozen=True)

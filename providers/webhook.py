@@ -2,7 +2,9 @@
 
 Headers `webhook-id` (our message id, the same on every retry so the receiver can
 deduplicate), `webhook-timestamp` and `webhook-signature` (providers/signing.py), as
-standardwebhooks.com specifies.
+standardwebhooks.com specifies. The engine hands each message its project's keys
+(`Outbound.signing_keys`), so no project signs for another; the configured
+WEBHOOK_SIGNING_SECRET signs only where it says so, or for a message that brings none.
 
 The URL comes from whoever sends the notification, so the request must not become a way
 into our own network (SSRF): the address actually connected to is checked on every new
@@ -164,7 +166,10 @@ class WebhookProvider:
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
-        return signed_headers(message.message_id, body, [self.key])
+        """Signed with the message's project's keys where it has them, so that no project can
+        sign for another; with this adapter's (the deployment's or an own account's) otherwise."""
+        keys = [self.key if key is None else key for key in message.signing_keys] or [self.key]
+        return signed_headers(message.message_id, body, keys)
 
 
 def request_body(message: Outbound) -> str:

@@ -14,6 +14,7 @@ import redis
 from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
+from app.crypto import signing_key
 from app.db import enqueue_after_commit, session_scope
 from app.delivery import adapters, dispatch, fanout, store
 from app.delivery.breaker import CircuitBreakers
@@ -203,4 +204,5 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         headers=row.headers or {},
         cc=row.cc,
         attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
+        signing_keys=tuple(None if secret is None else signing_key(secret) for secret in row.signing_secrets or ()),
     )

@@ -22,13 +22,12 @@ import requests
 from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
-from app.crypto import decrypt
+from app.crypto import signing_key
 from app.db import enqueue_after_commit, session_scope
 from app.delivery import dispatch, store, webhook_store
 from app.delivery.broker import celery_app
 from app.delivery.webhook_store import Attempt, Settled
 from app.enums import EventType, WebhookDeliveryStatus
-from providers import signing
 from providers.bounded import exchange
 from providers.webhook import RefusedTarget, guarded_session, signed_headers
 
@@ -95,9 +94,7 @@ def post(row: Row, config: Settings) -> Attempt:
     thread that long and no more.
     """
     body = json.dumps(row.events if row.batch else row.events[0], separators=(",", ":"), ensure_ascii=False)
-    keys = [
-        signing.secret_key(decrypt(secret), "webhook secret") for secret in (row.secret, row.previous_secret) if secret
-    ]
+    keys = [signing_key(secret) for secret in (row.secret, row.previous_secret) if secret]
     headers = signed_headers(webhook_store.webhook_id(row.id), body, keys)
     started = time.monotonic()
 

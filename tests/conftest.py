@@ -188,6 +188,8 @@ class ProjectKeys:
     live_key: str
     test_key: str
     live_key_id: str
+    # whsec_…: what its webhook-channel messages are signed with (shown at creation only).
+    webhook_signing_secret: str
 
     def send(self, body: dict[str, Any], key: str | None = None, **headers: str):
         return self.client.post("/v1/messages", json=body, headers={**bearer(key or self.live_key), **headers})
@@ -223,7 +225,8 @@ def create_project(client: FlaskClient, **fields: Any) -> ProjectKeys:
         )
         assert answer.status_code == 201, answer.get_json()
         keys[kind] = answer.get_json()
-    return ProjectKeys(client, project_id, keys["live"]["key"], keys["test"]["key"], keys["live"]["id"])
+    secret = created.get_json()["webhook_signing_secret"]
+    return ProjectKeys(client, project_id, keys["live"]["key"], keys["test"]["key"], keys["live"]["id"], secret)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from app.schemas.core import (
     KeyCreateSchema,
     KeySchema,
     PauseSchema,
+    ProjectCreatedSchema,
     ProjectCreateSchema,
     ProjectSchema,
     ProjectUpdateSchema,
@@ -22,6 +23,7 @@ from app.schemas.core import (
     ProviderStateSchema,
     RequeuedSchema,
     RequeueSchema,
+    SigningSecretSchema,
 )
 from app.services import digest, operations, projects, provider_accounts
 
@@ -36,8 +38,9 @@ def authenticate() -> None:
 
 @blp.route("/projects", methods=["POST"])
 @blp.arguments(ProjectCreateSchema)
-@blp.response(201, ProjectSchema)
+@blp.response(201, ProjectCreatedSchema)
 def create_project(data: dict[str, Any]):
+    """A project, with the secret its webhook-channel messages are signed with (in this answer only)."""
     return projects.create_project(context().db, data)
 
 
@@ -64,6 +67,13 @@ def update_project(data: dict[str, Any], project_id: str):
 @blp.response(204)
 def delete_project(project_id: str):
     projects.delete_project(context().db, context().redis, project_id)
+
+
+@blp.route("/projects/<project_id>/webhook-signing-secret/rotate", methods=["POST"])
+@blp.response(200, SigningSecretSchema)
+def rotate_signing_secret(project_id: str):
+    """A new webhook signing secret (in this answer only); the old one keeps signing beside it for 24 hours."""
+    return projects.rotate_signing_secret(context().db, project_id)
 
 
 @blp.route("/projects/<project_id>/keys", methods=["POST"])

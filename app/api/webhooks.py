@@ -1,4 +1,5 @@
-"""Project routes for outbound webhook endpoints and their deliveries."""
+"""Project routes for outbound webhook endpoints and their deliveries, and for the secret
+the webhook channel signs the project's messages with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from flask import g
 from app.api.context import context
 from app.api.project import project_blueprint
 from app.pagination import PageArgsSchema
+from app.schemas.core import SigningSecretSchema
 from app.schemas.events import (
     DeliveryPageSchema,
     DeliveryQuerySchema,
@@ -18,7 +20,7 @@ from app.schemas.events import (
     WebhookEndpointSchema,
     WebhookEndpointUpdateSchema,
 )
-from app.services import webhooks
+from app.services import projects, webhooks
 
 blp = project_blueprint("webhooks", __name__, description="Signed webhooks (Standard Webhooks) for log events.")
 
@@ -81,3 +83,11 @@ def list_deliveries(args: dict[str, Any], endpoint_id: str):
 def replay_delivery(endpoint_id: str, delivery_id: str):
     """Send a delivery again now, with the same webhook-id (receivers deduplicate on it)."""
     return webhooks.replay(context().db, g.caller.project_id, endpoint_id, delivery_id)
+
+
+@blp.route("/webhook-signing-secret/rotate", methods=["POST"])
+@blp.response(200, SigningSecretSchema)
+def rotate_signing_secret():
+    """A new secret for the webhook channel's messages (in this answer only); the old one keeps
+    signing beside it for 24 hours."""
+    return projects.rotate_signing_secret(context().db, g.caller.project_id)

@@ -48,7 +48,11 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     The conditional UPDATE is the guard against double sends: of two workers holding the
     same ids, only one gets rows back. `account_version` is set where the message's project
     has its own account with the provider: when it was last changed (a primary-key lookup
-    per row, inside the one statement).
+    per row, inside the one statement). `signing_secrets` is, for the webhook channel, the
+    project's secrets (encrypted) to sign with, current first, the previous one during a
+    rotation's overlap; NULL stands for the account's own secret (a project made before
+    projects had their own, or its first rotation's overlap). Another lookup by key, so
+    signing with each project's secrets costs the batch no query of its own.
     """
     return session.execute(
         text(
@@ -65,7 +69,11 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
                       m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
                       c.headers, c.attachment_ids::text[] AS attachment_ids,
                       (SELECT a.updated_at FROM project_providers a
-                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version
+                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
+                      (SELECT ARRAY[p.webhook_signing_secret]
+                              || CASE WHEN p.webhook_signing_previous_expires_at > now()
+                                      THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END
+                       FROM projects p WHERE p.id = m.project_id AND m.channel = 'webhook') AS signing_secrets
             """
         ),
         {"ids": list(ids), "provider": provider},

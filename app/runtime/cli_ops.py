@@ -76,7 +76,7 @@ def projects_create(
     project_id: str | None, name: str, channels: str | None, rate_limit: int | None, retention_days: int | None
 ) -> None:
     """Create a project."""
-    from app.schemas.core import ProjectCreateSchema, ProjectSchema
+    from app.schemas.core import ProjectCreatedSchema, ProjectCreateSchema
     from app.services import projects as service
 
     data = load(
@@ -89,8 +89,9 @@ def projects_create(
             "settings": {"retention_days": retention_days} if retention_days is not None else None,
         },
     )
-    project = ProjectSchema().dump(service.create_project(connect().db, data))
+    project = ProjectCreatedSchema().dump(service.create_project(connect().db, data))
     table([(project["id"], project["name"], ",".join(project["channels"]), project["rate_limit_per_min"])], _PROJECT)
+    click.echo(f"webhook signing secret (shown once): {project['webhook_signing_secret']}")
 
 
 _PROJECT = ("ID", "NAME", "CHANNELS", "RATE/MIN")

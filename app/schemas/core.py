@@ -135,6 +135,19 @@ class ProjectSchema(Schema):
     created_at = fields.DateTime()
 
 
+class ProjectCreatedSchema(ProjectSchema):
+    webhook_signing_secret = fields.String(
+        metadata={"description": "whsec_…: signs the project's webhook-channel messages; in this answer only."}
+    )
+
+
+class SigningSecretSchema(Schema):
+    webhook_signing_secret = fields.String(metadata={"description": "whsec_…: the new secret, in this answer only."})
+    previous_secret_expires_at = fields.DateTime(
+        metadata={"description": "Until when the previous secret still signs beside the new one."}
+    )
+
+
 class KeyCreateSchema(Schema):
     name = fields.String(required=True, validate=validate.Length(1, 200))
     kind = fields.Enum(KeyKind, by_value=True, load_default=KeyKind.LIVE)

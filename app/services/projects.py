@@ -1,4 +1,10 @@
-"""Projects (tenants) and their API keys."""
+"""Projects (tenants), their API keys and their webhook channel's signing secret.
+
+The signing secret is made with the project so that no two projects sign alike: a receiver
+that checks its project's secret cannot be sent a validly signed payload by another
+project. It is shown in the answers to creation and rotation only, stored encrypted
+(app.crypto), and rotated like an outbound endpoint's (app.services.webhooks).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +18,42 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.auth import PREFIX_LENGTH, hash_key, new_key
 from app.access.caller_cache import forget_all
+from app.crypto import encrypt
 from app.enums import KeyKind
 from app.errors import abort, uuid_or_404
 from app.models import ApiKey, Project
+from app.services.webhooks import ROTATION_OVERLAP, new_secret
 
 
-def create_project(db: sessionmaker[Session], data: dict[str, Any]) -> Project:
-    values = {"id": data.get("id") or f"p-{secrets.token_hex(6)}", **data}
+def create_project(db: sessionmaker[Session], data: dict[str, Any]) -> dict[str, Any]:
+    """Make a project with its webhook signing secret; this answer is the only one that shows it."""
+    secret = new_secret()
+    values = {"id": data.get("id") or f"p-{secrets.token_hex(6)}", **data, "webhook_signing_secret": encrypt(secret)}
     with db.begin() as session:
         project = session.scalars(
             insert(Project).values(values).on_conflict_do_nothing(index_elements=["id"]).returning(Project)
         ).first()
     if project is None:
         abort(409, f"Project {values['id']!r} exists already.")
-    return project
+    columns = {column.key: getattr(project, column.key) for column in Project.__table__.columns}
+    return {**columns, "webhook_signing_secret": secret}
+
+
+def rotate_signing_secret(db: sessionmaker[Session], project_id: str) -> dict[str, Any]:
+    """A new webhook signing secret; the current one (the account's, for a project made before
+    projects had their own) keeps signing beside it for ROTATION_OVERLAP."""
+    secret = new_secret()
+    with db.begin() as session:
+        project = existing_project(session, project_id, lock=True)
+        project.webhook_signing_previous_secret = project.webhook_signing_secret
+        project.webhook_signing_previous_expires_at = func.now() + ROTATION_OVERLAP
+        project.webhook_signing_secret = encrypt(secret)
+        session.flush()
+        session.refresh(project)
+    return {
+        "webhook_signing_secret": secret,
+        "previous_secret_expires_at": project.webhook_signing_previous_expires_at,
+    }
 
 
 def list_projects(db: sessionmaker[Session]) -> list[Project]:
@@ -92,8 +120,8 @@ def revoke_key(db: sessionmaker[Session], client: redis.Redis, project_id: str, 
     forget_all(client)
 
 
-def existing_project(session: Session, project_id: str) -> Project:
-    project = session.get(Project, project_id)
+def existing_project(session: Session, project_id: str, lock: bool = False) -> Project:
+    project = session.get(Project, project_id, with_for_update=lock)
     if project is None:
         abort(404, f"No project {project_id!r}.")
     return project

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.crypto import decrypt
 from tests.conftest import ADMIN_KEY, bearer
 
 ADMIN = bearer(ADMIN_KEY)
@@ -63,3 +64,43 @@ def test_key_kind_must_be_live_or_test(client):
     answer = client.post("/v1/admin/projects/keys-2/keys", json={"name": "k", "kind": "prod"}, headers=ADMIN)
     assert answer.status_code == 422
     assert "kind" in answer.get_json()["errors"]["json"]
+
+
+def test_a_new_project_has_its_webhook_signing_secret_shown_once_and_stored_encrypted(client, engine):
+    created = client.post("/v1/admin/projects", json={"name": "Acme"}, headers=ADMIN).get_json()
+    secret = created["webhook_signing_secret"]
+    assert secret.startswith("whsec_")
+    assert "webhook_signing_secret" not in client.get(f"/v1/admin/projects/{created['id']}", headers=ADMIN).get_json()
+    listed = client.get("/v1/admin/projects", headers=ADMIN).get_json()
+    assert [p for p in listed if p["id"] == created["id"]] and all(secret not in str(p) for p in listed)
+    with engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT webhook_signing_secret FROM projects WHERE id = :id"), {"id": created["id"]}
+        ).scalar()
+    assert secret not in stored
+    assert decrypt(stored) == secret
+
+
+def test_the_admin_rotates_a_projects_webhook_signing_secret(client, project, engine):
+    answer = client.post(f"/v1/admin/projects/{project.id}/webhook-signing-secret/rotate", headers=ADMIN)
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert body["webhook_signing_secret"].startswith("whsec_")
+    assert body["previous_secret_expires_at"] is not None
+    with engine.connect() as connection:
+        row = connection.execute(
+            text(
+                "SELECT webhook_signing_secret, webhook_signing_previous_secret,"
+                " webhook_signing_previous_expires_at - now() > interval '23 hours' AS overlap FROM projects"
+                " WHERE id = :id"
+            ),
+            {"id": project.id},
+        ).one()
+    assert (decrypt(row[0]), decrypt(row[1]), row.overlap) == (
+        body["webhook_signing_secret"],
+        project.webhook_signing_secret,
+        True,
+    )
+    missing = client.post("/v1/admin/projects/no-such-project/webhook-signing-secret/rotate", headers=ADMIN)
+    assert missing.status_code == 404
+    assert missing.get_json()["code"] == 404

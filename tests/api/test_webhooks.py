@@ -112,3 +112,23 @@ def test_another_projects_endpoint_is_404(client, project):
         ("GET", "/v1/webhooks/not-a-uuid"),
     ):
         assert other.call(method, path, {} if method == "PATCH" else None).status_code == 404, (method, path)
+
+
+def test_a_project_rotates_its_own_webhook_signing_secret_only(client, project, engine):
+    other = create_project(client)
+    answer = project.call("POST", "/v1/webhook-signing-secret/rotate")
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert set(body) == {"webhook_signing_secret", "previous_secret_expires_at"}
+    assert body["webhook_signing_secret"] not in (project.webhook_signing_secret, other.webhook_signing_secret)
+    with engine.connect() as connection:
+        stored = dict(
+            connection.execute(
+                text("SELECT id, webhook_signing_secret FROM projects WHERE id IN (:a, :b)"),
+                {"a": project.id, "b": other.id},
+            ).all()
+        )
+    assert decrypt(stored[project.id]) == body["webhook_signing_secret"]
+    assert decrypt(stored[other.id]) == other.webhook_signing_secret
+    unauthenticated = client.post("/v1/webhook-signing-secret/rotate")
+    assert unauthenticated.status_code == 401

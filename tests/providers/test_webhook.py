@@ -10,6 +10,7 @@ from pytest_httpserver import HTTPServer
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from providers import signing
 from providers.base import Outbound, Outcome
 from providers.webhook import RefusedTarget, WebhookProvider, check_peer, networks
 from tests.hostile_server import ENDLESS_CHUNK, HostileServer
@@ -38,6 +39,20 @@ def test_the_body_is_signed_as_standard_webhooks(httpserver: HTTPServer, adapter
     assert request.headers["webhook-id"] == "msg_1"
     verified = Webhook(SECRET).verify(request.get_data(), dict(request.headers))
     assert verified == data
+
+
+def test_a_messages_own_keys_sign_instead_of_the_configured_one(httpserver: HTTPServer, adapter):
+    own = "whsec_" + base64.b64encode(b"the project's own 32-byte secret").decode()
+    key = signing.secret_key(own, "own")
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    adapter.send([hook(httpserver.url_for("/hooks"), data={}, signing_keys=(key,))])
+    adapter.send([hook(httpserver.url_for("/hooks"), 2, data={}, signing_keys=(key, None))])  # None: the configured
+    alone, both = (entry[0] for entry in httpserver.log)
+    Webhook(own).verify(alone.get_data(), dict(alone.headers))
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(alone.get_data(), dict(alone.headers))
+    for secret in (own, SECRET):
+        Webhook(secret).verify(both.get_data(), dict(both.headers))
 
 
 def test_without_data_the_rendered_content_is_sent(httpserver: HTTPServer, adapter):

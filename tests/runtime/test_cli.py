@@ -57,6 +57,7 @@ def test_projects_and_keys(tidings, client, engine):
     created = tidings("projects", "create", "--id", "cli-acme", "--name", "Acme", "--channels", "email,sms")
     assert created.exit_code == 0, created.output
     assert "cli-acme" in created.output and "email,sms" in created.output
+    assert "webhook signing secret (shown once): whsec_" in created.output
     assert "cli-acme" in tidings("projects", "list").output
     fails_with_one_line(tidings("projects", "create", "--id", "cli-acme", "--name", "Again"), "exists already")
 

@@ -184,7 +184,7 @@ def test_a_webhook_template_posts_its_rendered_json_as_the_body(project, httpser
     assert project.get(message_id).get_json()["status"] == "sent"
     [request] = received
     assert request.get_json() == {"order": "7", "tags": ["7", 3]}
-    key = signing.secret_key(WEBHOOK_SECRET, "secret")
+    key = signing.secret_key(project.webhook_signing_secret, "secret")
     headers = request.headers
     assert signing.verify(
         key, headers["webhook-id"], headers["webhook-timestamp"], request.get_data(), headers["webhook-signature"]
