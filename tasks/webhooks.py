@@ -29,8 +29,9 @@ from app.delivery.broker import celery_app
 from app.delivery.webhook_store import Attempt, Settled
 from app.enums import EventType, WebhookDeliveryStatus
 from providers import signing
+from providers.base import never_connected
 from providers.bounded import exchange
-from providers.webhook import RefusedTarget, guarded_session, signed_headers
+from providers.webhook import RefusedTarget, guarded_session, signed_headers, unreachable
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -110,8 +111,10 @@ def post(row: Row, config: Settings) -> Attempt:
             http_session(config), "POST", row.url, config.webhook_timeout, data=body.encode(), headers=headers
         )
     except RefusedTarget as error:
-        return done(error=f"refused target: {error}")
+        return done(error=unreachable(row.url, error))
     except requests.RequestException as error:
+        if never_connected(error):  # said as for a refused target, so the two cannot be told apart
+            return done(error=unreachable(row.url, error))
         return done(error=f"{type(error).__name__}: {error}")
     error = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
     return done(status_code=answer.status_code, response=answer.excerpt(RESPONSE_KEPT), error=error)

@@ -17,9 +17,10 @@ from standardwebhooks import Webhook
 from werkzeug import Request, Response
 
 from app.config import Settings, current_settings
+from providers.webhook import UNREACHABLE
 from tasks.celery_app import configure
 from tasks.webhooks import deliver_webhooks, post, release_webhooks
-from tests.conftest import ProjectKeys, email
+from tests.conftest import ProjectKeys, closed_port, email
 from tests.hostile_server import ENDLESS_CHUNK, HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -227,10 +228,10 @@ def test_replay_sends_a_delivery_again_by_hand(project, receiver):
     assert refused.status_code == 409
 
 
-def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, engine):
-    hook = endpoint(project, receiver.url)
+def delivery_row(engine, project, hook: dict, url: str):
+    """A claimed delivery of one event to `url`, as `post` takes it."""
     with engine.begin() as connection:
-        row = connection.execute(
+        return connection.execute(
             text(
                 """
                 INSERT INTO webhook_deliveries (endpoint_id, project_id, events, status)
@@ -240,13 +241,23 @@ def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, eng
                           (SELECT secret FROM webhook_endpoints WHERE id = :e) AS secret, NULL AS previous_secret
                 """
             ),
-            {"e": hook["id"], "p": project.id, "url": receiver.url},
+            {"e": hook["id"], "p": project.id, "url": url},
         ).one()
+
+
+def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, engine):
+    row = delivery_row(engine, project, endpoint(project, receiver.url), receiver.url)
     guarded = dataclasses.replace(current_settings(), webhook_allowed_networks=())
     attempt = post(row, guarded)
-    assert attempt.status_code is None
-    assert "refused target" in attempt.error
+    assert (attempt.status_code, attempt.error) == (None, UNREACHABLE)
     assert receiver.received == []
+
+
+def test_a_refused_target_reads_as_a_closed_port(project, receiver, engine):
+    closed = f"http://127.0.0.1:{closed_port()}/hook"
+    row = delivery_row(engine, project, endpoint(project, receiver.url), closed)
+    attempt = post(row, current_settings())  # the test settings allow 127.0.0.0/8: only the port is wrong
+    assert (attempt.status_code, attempt.error) == (None, UNREACHABLE)
 
 
 def test_beat_releases_parked_retries_and_reclaims_dead_claims(project, receiver, engine):
