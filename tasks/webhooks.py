@@ -10,7 +10,9 @@ writes a `webhook_disabled` event, which the project's other endpoints and strea
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -31,7 +33,9 @@ from app.enums import EventType, WebhookDeliveryStatus
 from providers import signing
 from providers.base import never_connected
 from providers.bounded import exchange
-from providers.webhook import RefusedTarget, guarded_session, signed_headers, unreachable
+from providers.webhook import Network, RefusedTarget, guarded_session, signed_headers, unreachable
+
+logger = logging.getLogger(__name__)
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -79,13 +83,27 @@ def release_webhooks() -> int:
 _local = threading.local()
 
 
-def http_session(config: Settings) -> requests.Session:
+def http_session(allowed: tuple[Network, ...]) -> requests.Session:
     """One guarded session per thread (requests sessions are not meant to be shared) and
     per set of allowed networks."""
     sessions = _local.__dict__.setdefault("sessions", {})
-    if config.webhook_allowed_networks not in sessions:
-        sessions[config.webhook_allowed_networks] = guarded_session(config.webhook_allowed_networks)
-    return sessions[config.webhook_allowed_networks]
+    if allowed not in sessions:
+        sessions[allowed] = guarded_session(allowed)
+    return sessions[allowed]
+
+
+def allowed_networks(row: Row, config: Settings) -> tuple[Network, ...]:
+    """The deployment's allowed networks and those the delivery's project adds.
+
+    A project's list that cannot be read (written past the schema) adds nothing: the guard
+    stays as closed as the deployment's.
+    """
+    try:
+        extra = tuple(ipaddress.ip_network(network) for network in row.allowed_networks)
+    except (TypeError, ValueError) as error:
+        logger.warning("project %s: webhook_allowed_networks ignored: %s", row.project_id, error)
+        extra = ()
+    return config.webhook_allowed_networks + extra
 
 
 def post(row: Row, config: Settings) -> Attempt:
@@ -108,7 +126,12 @@ def post(row: Row, config: Settings) -> Attempt:
 
     try:
         answer = exchange(
-            http_session(config), "POST", row.url, config.webhook_timeout, data=body.encode(), headers=headers
+            http_session(allowed_networks(row, config)),
+            "POST",
+            row.url,
+            config.webhook_timeout,
+            data=body.encode(),
+            headers=headers,
         )
     except RefusedTarget as error:
         return done(error=unreachable(row.url, error))
