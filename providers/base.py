@@ -170,6 +170,9 @@ class Outbound:
     cc: str | None = None
     # Files, for adapters that declare `attachments = True` (see `registry.carries_attachments`).
     attachments: Sequence[Attachment] = ()
+    # CIDRs a webhook's project may reach besides WEBHOOK_ALLOWED_NETWORKS (its settings, set
+    # by an operator); unread by other adapters.
+    allowed_networks: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

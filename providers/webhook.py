@@ -169,6 +169,16 @@ class GuardedAdapter(BoundedAdapter):
         super().__init__(lambda base: guarded(base, allowed, resolver))
 
 
+def project_networks(raw: Any, whose: str) -> tuple[Network, ...]:
+    """The networks a project's settings add (for `whose` delivery); none when they cannot
+    be read (written past the schema), which leaves the guard as closed as the deployment's."""
+    try:
+        return tuple(ipaddress.ip_network(item) for item in raw or ())
+    except (TypeError, ValueError) as error:
+        logger.warning("%s: its project's webhook_allowed_networks ignored: %s", whose, error)
+        return ()
+
+
 def unreachable(url: str, error: Exception) -> str:
     """`UNREACHABLE`, for the tenant, once the precise reason for the operator is logged."""
     logger.warning("webhook target %s not reached: %s", url, error)
@@ -229,7 +239,8 @@ class WebhookProvider:
 
     def __init__(self, secret: str, allowed: Sequence[Network], timeout: float, resolver: Resolver = resolve):
         self.key = signing.secret_key(secret, "WEBHOOK_SIGNING_SECRET")
-        self.client = HttpClient("", timeout=timeout, classify=classify, session=guarded_session(allowed, resolver))
+        self.allowed, self.timeout, self.resolver = tuple(allowed), timeout, resolver
+        self.clients: dict[tuple[Network, ...], HttpClient] = {}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Self:
@@ -247,13 +258,21 @@ class WebhookProvider:
         if not message.to.startswith(("https://", "http://")):
             raise PermanentError(f"not an http(s) URL: {message.to!r}")
         body = request_body(message)
+        client = self.client(project_networks(message.allowed_networks, f"message {message.message_id}"))
         try:
-            self.client.request("POST", message.to, data=body.encode(), headers=self.headers(message, body))
+            client.request("POST", message.to, data=body.encode(), headers=self.headers(message, body))
         except (RefusedTarget, Unreachable) as error:
             # Transient, like any receiver that is down, and never provider-wide: one tenant's
             # target concerns its own messages, not the channel.
             raise TransientError(unreachable(message.to, error)) from error
         return [SendResult(message.message_id, Outcome.SENT, provider_message_id=message.message_id)]
+
+    def client(self, added: tuple[Network, ...]) -> HttpClient:
+        """A pooled client per set of networks the messages' projects add to the deployment's."""
+        if added not in self.clients:
+            session = guarded_session(self.allowed + added, self.resolver)
+            self.clients[added] = HttpClient("", timeout=self.timeout, classify=classify, session=session)
+        return self.clients[added]
 
     def headers(self, message: Outbound, body: str) -> dict[str, str]:
         return signed_headers(message.message_id, body, [self.key])

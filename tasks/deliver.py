@@ -203,4 +203,5 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         headers=row.headers or {},
         cc=row.cc,
         attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
+        allowed_networks=row.allowed_networks or (),
     )

@@ -10,9 +10,7 @@ writes a `webhook_disabled` event, which the project's other endpoints and strea
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import logging
 import threading
 import time
 from collections import defaultdict
@@ -33,9 +31,14 @@ from app.enums import EventType, WebhookDeliveryStatus
 from providers import signing
 from providers.base import never_connected
 from providers.bounded import exchange
-from providers.webhook import Network, RefusedTarget, guarded_session, signed_headers, unreachable
-
-logger = logging.getLogger(__name__)
+from providers.webhook import (
+    Network,
+    RefusedTarget,
+    guarded_session,
+    project_networks,
+    signed_headers,
+    unreachable,
+)
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -92,20 +95,6 @@ def http_session(allowed: tuple[Network, ...]) -> requests.Session:
     return sessions[allowed]
 
 
-def allowed_networks(row: Row, config: Settings) -> tuple[Network, ...]:
-    """The deployment's allowed networks and those the delivery's project adds.
-
-    A project's list that cannot be read (written past the schema) adds nothing: the guard
-    stays as closed as the deployment's.
-    """
-    try:
-        extra = tuple(ipaddress.ip_network(network) for network in row.allowed_networks)
-    except (TypeError, ValueError) as error:
-        logger.warning("project %s: webhook_allowed_networks ignored: %s", row.project_id, error)
-        extra = ()
-    return config.webhook_allowed_networks + extra
-
-
 def post(row: Row, config: Settings) -> Attempt:
     """POST one delivery, signed with the current secret and, during a rotation, the previous one.
 
@@ -124,9 +113,10 @@ def post(row: Row, config: Settings) -> Attempt:
         elapsed = int((time.monotonic() - started) * 1000)
         return Attempt(row.id, row.endpoint_id, elapsed, **result)  # type: ignore[arg-type]
 
+    allowed = config.webhook_allowed_networks + project_networks(row.allowed_networks, f"delivery {row.id}")
     try:
         answer = exchange(
-            http_session(allowed_networks(row, config)),
+            http_session(allowed),
             "POST",
             row.url,
             config.webhook_timeout,

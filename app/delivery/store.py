@@ -48,7 +48,8 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     The conditional UPDATE is the guard against double sends: of two workers holding the
     same ids, only one gets rows back. `account_version` is set where the message's project
     has its own account with the provider: when it was last changed (a primary-key lookup
-    per row, inside the one statement).
+    per row, inside the one statement). A webhook comes with the networks its project may
+    also reach (`webhook_allowed_networks`), another such lookup, for webhooks only.
     """
     return session.execute(
         text(
@@ -65,7 +66,10 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
                       m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
                       c.headers, c.attachment_ids::text[] AS attachment_ids,
                       (SELECT a.updated_at FROM project_providers a
-                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version
+                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
+                      CASE WHEN m.channel = 'webhook' THEN
+                        (SELECT p.settings -> 'webhook_allowed_networks' FROM projects p WHERE p.id = m.project_id)
+                      END AS allowed_networks
             """
         ),
         {"ids": list(ids), "provider": provider},

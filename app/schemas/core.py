@@ -75,7 +75,7 @@ def network(value: str) -> None:
 
 
 class ProjectSettingsSchema(Schema):
-    """Audience rules, retention and the networks its outbound webhooks may also reach.
+    """Audience rules, retention and the networks its webhooks may also reach.
 
     Only the admin routes write (and read) a project's settings, so a tenant cannot open
     the SSRF guard for itself.
@@ -112,8 +112,8 @@ class ProjectSettingsSchema(Schema):
         dump_default=list,
         validate=validate.Length(max=100),
         metadata={
-            "description": "CIDRs this project's outbound webhooks may reach besides WEBHOOK_ALLOWED_NETWORKS "
-            "(plain http and private addresses), e.g. a receiver on its own internal network."
+            "description": "CIDRs this project's webhooks (the channel and outbound webhooks) may reach besides "
+            "WEBHOOK_ALLOWED_NETWORKS (plain http and private addresses), e.g. a receiver on its internal network."
         },
     )
 

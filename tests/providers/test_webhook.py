@@ -294,3 +294,24 @@ def test_a_hostile_receiver_fails_its_own_message_and_the_next_one_goes(hostile:
 def test_the_status_decides_however_long_the_body(hostile: HostileServer, adapter, behaviour):
     [result] = adapter.send([hook(hostile.url(behaviour, 200), data={})])
     assert result.outcome is Outcome.SENT
+
+
+def test_a_message_reaches_the_networks_its_project_adds(httpserver: HTTPServer, caplog):
+    adapter = WebhookProvider(SECRET, [], 5)
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    url = httpserver.url_for("/hooks")
+    with caplog.at_level(logging.WARNING, logger="providers.webhook"):
+        results = adapter.send(
+            [
+                hook(url, 1, data={}, allowed_networks=["127.0.0.0/8"]),
+                hook(url, 2, data={}),
+                hook(url, 3, data={}, allowed_networks="127.0.0.0/8"),  # not a list: adds nothing
+            ]
+        )
+    assert [(r.outcome, r.error) for r in results] == [
+        (Outcome.SENT, None),
+        (Outcome.TRANSIENT, UNREACHABLE),
+        (Outcome.TRANSIENT, UNREACHABLE),
+    ]
+    assert len(httpserver.log) == 1
+    assert "message msg_3: its project's webhook_allowed_networks ignored" in caplog.text
