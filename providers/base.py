@@ -174,6 +174,9 @@ class Outbound:
     # giving a signature: the project's own, current first. None stands for the adapter's
     # configured key; empty: that key alone.
     signing_keys: Sequence[bytes | None] = ()
+    # CIDRs a webhook's project may reach besides WEBHOOK_ALLOWED_NETWORKS (its settings, set
+    # by an operator); unread by other adapters.
+    allowed_networks: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -376,15 +379,12 @@ class HttpClient:
         url = path if path.startswith(("https://", "http://")) else self.base_url + path
         try:
             response = exchange(self.session, method, url, self.timeout, limit, **kwargs)
-        except requests.ConnectTimeout as error:
-            raise Unreachable(f"could not connect to {url}: {error}") from error
         except requests.ReadTimeout as error:  # the deadline passed after the request left
             raise ambiguous(url, str(error)) from error
         except requests.ConnectionError as error:
-            # A connection dropped after the request left is ambiguous; one never made is not.
-            if any(isinstance(arg, ProtocolError) for arg in error.args):
-                raise ambiguous(url, f"connection dropped: {error}") from error
-            raise Unreachable(f"could not connect to {url}: {error}") from error
+            if never_connected(error):
+                raise Unreachable(f"could not connect to {url}: {error}") from error
+            raise ambiguous(url, f"connection dropped: {error}") from error
         except requests.RequestException as error:
             raise TransientError(f"{type(error).__name__}: {error}") from error
         if response.status_code >= 300:
@@ -411,6 +411,12 @@ class HttpClient:
         if answer is None:
             raise ambiguous(self.base_url + path, f"unreadable answer: {response.excerpt(200)!r}")
         return answer
+
+
+def never_connected(error: requests.RequestException) -> bool:
+    """Whether the request failed before it left: no connection (refused, timed out, no such
+    name, TLS refused), rather than one dropped after the request was sent, which is ambiguous."""
+    return isinstance(error, requests.ConnectionError) and not any(isinstance(arg, ProtocolError) for arg in error.args)
 
 
 def ambiguous(url: str, detail: str) -> TransientError:

@@ -205,4 +205,5 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         cc=row.cc,
         attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
         signing_keys=tuple(None if secret is None else signing_key(secret) for secret in row.signing_secrets or ()),
+        allowed_networks=row.allowed_networks or (),
     )

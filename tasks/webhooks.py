@@ -28,8 +28,16 @@ from app.delivery import dispatch, store, webhook_store
 from app.delivery.broker import celery_app
 from app.delivery.webhook_store import Attempt, Settled
 from app.enums import EventType, WebhookDeliveryStatus
+from providers.base import never_connected
 from providers.bounded import exchange
-from providers.webhook import RefusedTarget, guarded_session, signed_headers
+from providers.webhook import (
+    Network,
+    RefusedTarget,
+    guarded_session,
+    project_networks,
+    signed_headers,
+    unreachable,
+)
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -77,13 +85,13 @@ def release_webhooks() -> int:
 _local = threading.local()
 
 
-def http_session(config: Settings) -> requests.Session:
+def http_session(allowed: tuple[Network, ...]) -> requests.Session:
     """One guarded session per thread (requests sessions are not meant to be shared) and
     per set of allowed networks."""
     sessions = _local.__dict__.setdefault("sessions", {})
-    if config.webhook_allowed_networks not in sessions:
-        sessions[config.webhook_allowed_networks] = guarded_session(config.webhook_allowed_networks)
-    return sessions[config.webhook_allowed_networks]
+    if allowed not in sessions:
+        sessions[allowed] = guarded_session(allowed)
+    return sessions[allowed]
 
 
 def post(row: Row, config: Settings) -> Attempt:
@@ -102,13 +110,21 @@ def post(row: Row, config: Settings) -> Attempt:
         elapsed = int((time.monotonic() - started) * 1000)
         return Attempt(row.id, row.endpoint_id, elapsed, **result)  # type: ignore[arg-type]
 
+    allowed = config.webhook_allowed_networks + project_networks(row.allowed_networks, f"delivery {row.id}")
     try:
         answer = exchange(
-            http_session(config), "POST", row.url, config.webhook_timeout, data=body.encode(), headers=headers
+            http_session(allowed),
+            "POST",
+            row.url,
+            config.webhook_timeout,
+            data=body.encode(),
+            headers=headers,
         )
     except RefusedTarget as error:
-        return done(error=f"refused target: {error}")
+        return done(error=unreachable(row.url, error))
     except requests.RequestException as error:
+        if never_connected(error):  # said as for a refused target, so the two cannot be told apart
+            return done(error=unreachable(row.url, error))
         return done(error=f"{type(error).__name__}: {error}")
     error = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
     return done(status_code=answer.status_code, response=answer.excerpt(RESPONSE_KEPT), error=error)

@@ -8,6 +8,7 @@ a project of their own, exactly as tenants are isolated in production.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import uuid
@@ -38,6 +39,13 @@ from tests.provider_server import FakeProviderServer
 
 ADMIN_KEY = "test-admin-key-0123456789"
 TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown"}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound for a moment, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,8 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     rotation's overlap; NULL stands for the account's own secret (a project made before
     projects had their own, or its first rotation's overlap). Another lookup by key, so
     signing with each project's secrets costs the batch no query of its own.
+    A webhook also comes with the networks its project may reach (`webhook_allowed_networks`),
+    another such lookup, for webhooks only.
     """
     return session.execute(
         text(
@@ -73,7 +75,10 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
                       (SELECT ARRAY[p.webhook_signing_secret]
                               || CASE WHEN p.webhook_signing_previous_expires_at > now()
                                       THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END
-                       FROM projects p WHERE p.id = m.project_id AND m.channel = 'webhook') AS signing_secrets
+                       FROM projects p WHERE p.id = m.project_id AND m.channel = 'webhook') AS signing_secrets,
+                      CASE WHEN m.channel = 'webhook' THEN
+                        (SELECT p.settings -> 'webhook_allowed_networks' FROM projects p WHERE p.id = m.project_id)
+                      END AS allowed_networks
             """
         ),
         {"ids": list(ids), "provider": provider},

@@ -83,19 +83,23 @@ def enqueue(session: Session, entries: Sequence[LogEntry]) -> list[str]:
 
 
 def claim(session: Session, ids: Sequence[str]) -> Sequence[Row]:
-    """Take due deliveries of enabled endpoints for an attempt; a duplicate task gets nothing."""
+    """Take due deliveries of enabled endpoints for an attempt; a duplicate task gets nothing.
+
+    Each comes with the networks its project may also reach (`webhook_allowed_networks`).
+    """
     return session.execute(
         text(
             """
             UPDATE webhook_deliveries d
             SET status = 'sending', attempts = d.attempts + 1, claimed_at = now(), updated_at = now()
-            FROM webhook_endpoints w
-            WHERE w.id = d.endpoint_id AND w.disabled_at IS NULL
+            FROM webhook_endpoints w, projects p
+            WHERE w.id = d.endpoint_id AND w.disabled_at IS NULL AND p.id = d.project_id
               AND d.id = ANY(CAST(:ids AS uuid[]))
               AND d.status IN ('pending', 'retrying') AND d.next_attempt_at <= now()
             RETURNING d.id::text AS id, d.project_id, d.endpoint_id::text AS endpoint_id, d.events, d.attempts,
                       w.url, w.batch, w.secret,
-                      CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret END AS previous_secret
+                      CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret END AS previous_secret,
+                      COALESCE(p.settings -> 'webhook_allowed_networks', '[]') AS allowed_networks
             """
         ),
         {"ids": list(ids)},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
@@ -65,8 +66,20 @@ class TrackingSettingsSchema(Schema):
     )
 
 
+def network(value: str) -> None:
+    """A CIDR as ipaddress reads it: host bits set are refused, they are a typo more often than not."""
+    try:
+        ipaddress.ip_network(value)
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
+
+
 class ProjectSettingsSchema(Schema):
-    """Audience rules and retention for the whole project."""
+    """Audience rules, retention and the networks its webhooks may also reach.
+
+    Only the admin routes write (and read) a project's settings, so a tenant cannot open
+    the SSRF guard for itself.
+    """
 
     required_categories = fields.List(
         category_field(),
@@ -92,6 +105,16 @@ class ProjectSettingsSchema(Schema):
         dump_default=DEFAULT_RETENTION_DAYS,
         validate=validate.Range(1, 3650),
         metadata={"description": "Days a finished message is kept, with its content and events."},
+    )
+    webhook_allowed_networks = fields.List(
+        fields.String(validate=network),
+        load_default=list,
+        dump_default=list,
+        validate=validate.Length(max=100),
+        metadata={
+            "description": "CIDRs this project's webhooks (the channel and outbound webhooks) may reach besides "
+            "WEBHOOK_ALLOWED_NETWORKS (plain http and private addresses), e.g. a receiver on its internal network."
+        },
     )
 
 

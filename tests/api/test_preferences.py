@@ -78,7 +78,12 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
     admin = bearer(ADMIN_KEY)
     created = client.post("/v1/admin/projects", json={"name": "S", "settings": SETTINGS}, headers=admin)
     assert created.status_code == 201
-    assert created.get_json()["settings"] == {**SETTINGS, "tracking": UNTRACKED, "retention_days": 30}
+    assert created.get_json()["settings"] == {
+        **SETTINGS,
+        "tracking": UNTRACKED,
+        "retention_days": 30,
+        "webhook_allowed_networks": [],
+    }
     project_id = created.get_json()["id"]
     patched = client.patch(
         f"/v1/admin/projects/{project_id}",
@@ -91,6 +96,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "quiet_hours": None,
         "tracking": UNTRACKED,
         "retention_days": 30,
+        "webhook_allowed_networks": [],
     }
     plain = client.post("/v1/admin/projects", json={"name": "Plain"}, headers=admin).get_json()
     assert plain["settings"] == {
@@ -99,6 +105,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "quiet_hours": None,
         "tracking": UNTRACKED,
         "retention_days": 30,
+        "webhook_allowed_networks": [],
     }
 
 
@@ -115,6 +122,21 @@ def test_bad_project_settings_are_422(client):
     }
 
 
+def test_webhook_allowed_networks_are_cidrs(client):
+    answer = client.post(
+        "/v1/admin/projects",
+        json={"name": "S", "settings": {"webhook_allowed_networks": ["10.0.0.0/8", "10.0.0.1/8", "intranet"]}},
+        headers=bearer(ADMIN_KEY),
+    )
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"]["settings"] == {
+        "webhook_allowed_networks": {
+            "1": ["10.0.0.1/8 has host bits set"],
+            "2": ["'intranet' does not appear to be an IPv4 or IPv6 network"],
+        }
+    }
+
+
 def test_openapi_documents_the_audience_routes_and_project_settings(client):
     spec = client.get("/openapi.json").get_json()
     assert {
@@ -128,4 +150,11 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "/v1/templates/{key}/preview",
     } <= set(spec["paths"])
     settings = spec["components"]["schemas"]["ProjectSettings"]["properties"]
-    assert set(settings) == {"required_categories", "category_defaults", "quiet_hours", "tracking", "retention_days"}
+    assert set(settings) == {
+        "required_categories",
+        "category_defaults",
+        "quiet_hours",
+        "tracking",
+        "retention_days",
+        "webhook_allowed_networks",
+    }

@@ -19,9 +19,10 @@ from werkzeug import Request, Response
 from app.delivery import adapters
 from app.enums import Channel
 from providers import signing
+from providers.webhook import UNREACHABLE
 from tasks.celery_app import configure
 from tasks.deliver import deliver
-from tests.conftest import email
+from tests.conftest import create_project, email
 from tests.fcm_server import SEND, fcm_error, serve_tokens, service_account
 from tests.hostile_server import HostileServer
 
@@ -215,3 +216,25 @@ def test_a_hostile_receiver_costs_its_message_one_attempt_and_the_batch_goes_on(
     assert retrying["error"].startswith(error) and len(retrying["error"]) <= len("HTTP 500 from the receiver: ") + 300
     assert project.get(good).get_json()["status"] == "sent"
     assert (hostile.stats(behaviour).requests, hostile.stats("good").requests) == (1, 1)
+
+
+@pytest.fixture
+def other_loopback() -> Iterator[HTTPServer]:
+    """A receiver on 127.0.0.2: loopback, but outside the deployment's 127.0.0.1/32."""
+    server = HTTPServer(host="127.0.0.2", port=0)
+    server.expect_request("/hook", method="POST").respond_with_data("ok")
+    server.start()
+    yield server
+    server.clear()
+    server.stop()
+
+
+def test_a_webhook_reaches_the_networks_its_project_is_allowed(client, project, other_loopback, real_providers):
+    allowed = create_project(client, settings={"webhook_allowed_networks": ["127.0.0.2/32"]})
+    url = other_loopback.url_for("/hook")
+    ours, theirs = prepared(allowed, webhook(url)), prepared(project, webhook(url))
+    deliver("webhook", [ours, theirs])
+    assert allowed.get(ours).get_json()["status"] == "sent"
+    refused = project.get(theirs).get_json()
+    assert (refused["status"], refused["error"]) == ("retrying", UNREACHABLE)
+    assert len(other_loopback.log) == 1

@@ -17,9 +17,12 @@ from standardwebhooks import Webhook
 from werkzeug import Request, Response
 
 from app.config import Settings, current_settings
+from app.db import session_scope
+from app.delivery import webhook_store
+from providers.webhook import UNREACHABLE
 from tasks.celery_app import configure
 from tasks.webhooks import deliver_webhooks, post, release_webhooks
-from tests.conftest import ProjectKeys, email
+from tests.conftest import ProjectKeys, closed_port, create_project, email
 from tests.hostile_server import ENDLESS_CHUNK, HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -227,26 +230,44 @@ def test_replay_sends_a_delivery_again_by_hand(project, receiver):
     assert refused.status_code == 409
 
 
-def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, engine):
-    hook = endpoint(project, receiver.url)
+def delivery_row(engine, project, hook: dict):
+    """A delivery of one event to `hook`, claimed as the deliver task claims it, for `post`."""
     with engine.begin() as connection:
-        row = connection.execute(
+        delivery_id = connection.execute(
             text(
                 """
-                INSERT INTO webhook_deliveries (endpoint_id, project_id, events, status)
-                VALUES (:e, :p, '[{"type": "sent"}]', 'sending')
-                RETURNING id::text AS id, project_id, endpoint_id::text AS endpoint_id, events, 1 AS attempts,
-                          :url AS url, false AS batch,
-                          (SELECT secret FROM webhook_endpoints WHERE id = :e) AS secret, NULL AS previous_secret
+                INSERT INTO webhook_deliveries (endpoint_id, project_id, events) VALUES (:e, :p, '[{"type": "sent"}]')
+                RETURNING id::text
                 """
             ),
-            {"e": hook["id"], "p": project.id, "url": receiver.url},
-        ).one()
+            {"e": hook["id"], "p": project.id},
+        ).scalar_one()
+    with session_scope(current_settings().database_url) as session:
+        [row] = webhook_store.claim(session, [delivery_id])
+    return row
+
+
+def test_the_guard_refuses_private_targets_unless_allowed(project, receiver, engine):
+    row = delivery_row(engine, project, endpoint(project, receiver.url))
     guarded = dataclasses.replace(current_settings(), webhook_allowed_networks=())
     attempt = post(row, guarded)
-    assert attempt.status_code is None
-    assert "refused target" in attempt.error
+    assert (attempt.status_code, attempt.error) == (None, UNREACHABLE)
     assert receiver.received == []
+
+
+def test_a_project_may_be_allowed_networks_of_its_own(client, receiver, engine):
+    allowed = create_project(client, settings={"webhook_allowed_networks": ["127.0.0.0/8"]})
+    row = delivery_row(engine, allowed, endpoint(allowed, receiver.url))
+    attempt = post(row, dataclasses.replace(current_settings(), webhook_allowed_networks=()))
+    assert (attempt.status_code, attempt.error) == (200, None)
+    assert len(receiver.received) == 1
+
+
+def test_a_refused_target_reads_as_a_closed_port(project, receiver, engine):
+    closed = f"http://127.0.0.1:{closed_port()}/hook"
+    row = delivery_row(engine, project, endpoint(project, closed))
+    attempt = post(row, current_settings())  # the test settings allow 127.0.0.0/8: only the port is wrong
+    assert (attempt.status_code, attempt.error) == (None, UNREACHABLE)
 
 
 def test_beat_releases_parked_retries_and_reclaims_dead_claims(project, receiver, engine):
