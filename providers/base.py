@@ -214,7 +214,8 @@ class Provider(Protocol):
     channels: ClassVar[frozenset[str]]
     max_batch: ClassVar[int]  # 1 for providers without a batch API
     # Adapters that send `Outbound.attachments` also set `attachments: ClassVar[bool] = True`;
-    # the others leave it out (read through `registry.carries_attachments`).
+    # the others leave it out (read through `registry.carries_attachments`). Likewise
+    # `endpoint_per_message` (`registry.endpoint_per_message`): each message goes to its own.
     # True when the provider de-duplicates on our message id (an idempotency key): a send
     # interrupted mid-call may then be retried without risk of a second delivery.
     idempotent: bool

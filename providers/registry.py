@@ -44,6 +44,13 @@ def build(name: str, env: Mapping[str, str]) -> Provider:
     return PROVIDERS[name].from_env(env)
 
 
+def endpoint_per_message(name: str) -> bool:
+    """Whether each message of adapter `name` goes to an endpoint of its own, chosen by its
+    tenant (the webhook channel): its failures then say nothing about the provider, and must
+    not open the circuit for every project. Adapters opt in with `endpoint_per_message = True`."""
+    return getattr(PROVIDERS[name], "endpoint_per_message", False)
+
+
 def carries_attachments(name: str) -> bool:
     """Whether adapter `name` sends `Outbound.attachments`; adapters opt in with `attachments = True`.
 

@@ -237,6 +237,9 @@ class WebhookProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"webhook"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = True  # webhook-id is our message id: receivers de-duplicate on it
+    # Every message goes to its tenant's own receiver: one tenant's failing receivers must
+    # never open the channel's circuit for the others.
+    endpoint_per_message: ClassVar[bool] = True
     account_settings: ClassVar[tuple[str, ...]] = ("WEBHOOK_SIGNING_SECRET",)
 
     def __init__(self, secret: str, allowed: Sequence[Network], timeout: float, resolver: Resolver = resolve):

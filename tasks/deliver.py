@@ -24,6 +24,7 @@ from app.delivery.pauses import ProviderPauses
 from app.enums import MessageStatus, Priority
 from app.observability.counters import increment
 from app.redis_client import redis_for
+from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
 from tasks import attachments, failover, follow_ups, instrument, isolation
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
@@ -60,6 +61,8 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
         if runs or admitted.probe:
             tallies = [run.tally() for _, run in runs]
             ok, failed = sum(t[0] for t in tallies), sum(t[1] for t in tallies)
+            if registry.endpoint_per_message(provider):  # its receivers' failures are their own
+                failed = 0
             entered = CircuitBreakers(client, config.breaker).record(provider, ok, failed, admitted.probe)
             if entered is not None:
                 logger.warning("circuit of provider %s is now %s", provider, entered.value)

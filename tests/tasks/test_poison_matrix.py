@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+import redis
 from pytest_httpserver import HTTPServer
 from sqlalchemy import text
 from werkzeug import Request, Response
 
 from app.delivery import adapters, dispatch
+from app.delivery.breaker import CircuitBreakers, CircuitState
 from app.enums import Channel
 from tasks.celery_app import configure
 from tasks.deliver import deliver
@@ -193,3 +195,26 @@ def test_one_poisoned_message_of_a_project_leaves_another_projects_99_delivered_
             text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
         ).scalar_one()
     assert seen[poison] == "sent" or error, f"{kind}: the poison ended {seen[poison]} without a reason"
+
+
+def test_one_tenants_failing_receivers_never_open_the_webhook_channels_circuit(
+    client, engine, settings, ledger, webhook_channel
+):
+    """Each webhook goes to its tenant's own receiver: 30 refused targets in a row say nothing
+    about the channel, so the next project's webhooks still go out."""
+    breakers = CircuitBreakers(redis.Redis.from_url(settings.redis_url), settings.breaker)
+    breakers.reset("webhook")
+    hostile_project = new_project(engine)
+    refused = [accepted(engine, hostile_project, "webhook", "https://10.0.0.1/hook") for _ in range(30)]
+    (task,) = dispatch.prepare(refused, "bulk")
+    task.apply_async()
+    assert set(wait_prepared(engine, refused).values()) == {"ready"}
+    for _ in range(3):
+        deliver("webhook", [i for i, status in statuses(engine, refused).items() if status == "ready"], "bulk")
+    assert breakers.states(["webhook"])["webhook"].state is CircuitState.CLOSED
+    good = [accepted(engine, new_project(engine), "webhook", ledger.url) for _ in range(3)]
+    (task,) = dispatch.prepare(good, "bulk")
+    task.apply_async()
+    assert set(wait_prepared(engine, good).values()) == {"ready"}
+    deliver("webhook", good, "bulk")
+    assert [ledger.ids[i] for i in good] == [1, 1, 1]
