@@ -40,7 +40,7 @@ import noop_task
 import progress
 import redis
 import requests
-from harness import LAYOUTS, POOL, Processes, bench_env, describe_layout, layout_queues, servers
+from harness import LAYOUTS, POOL, Processes, bench_env, describe_layout, layout_queues, servers, use_run_settings
 from peak_rss import PeakRss, postgres_pid, redis_pid
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     noop = None
     with servers() as urls, tempfile.TemporaryDirectory(prefix="drain-") as scratch:
         directory = Path(scratch)
+        use_run_settings(urls)
         database_url = database_url_from_env(urls)
         migrate.upgrade(database_url)
         engine = create_engine(database_url)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import requests
 
+from app.config import Settings, use_settings
 from app.runtime.embedded import EmbeddedRedis, free_port, start_postgres
 
 READY_TIMEOUT = 60.0
@@ -30,6 +31,17 @@ STOP_TIMEOUT = 15.0
 LAYOUTS = ("one", "two", "split")
 # Every benchmark worker runs with these, whatever `tidings worker` defaults to.
 POOL = ("--pool", "threads", "--concurrency", "8")
+
+
+# One pair of keys per run, so what a benchmark writes itself and the processes it starts agree.
+RUN_ADMIN_KEY = secrets.token_urlsafe(24)
+RUN_SECRET_KEY = secrets.token_urlsafe(24)
+
+
+def use_run_settings(urls: Mapping[str, str]) -> Settings:
+    """The run's settings as this process's own: what it writes itself (a project's webhook
+    signing secret, sealed with TIDINGS_SECRET_KEY) uses the run's keys."""
+    return use_settings(Settings.from_env(bench_env(urls, Path(tempfile.gettempdir()))))
 
 
 @contextmanager
@@ -57,8 +69,8 @@ def bench_env(urls: Mapping[str, str], var_dir: Path, **overrides: str) -> dict[
         **os.environ,
         **urls,
         "CELERY_BROKER_URL": urls["REDIS_URL"],
-        "TIDINGS_ADMIN_KEY": secrets.token_urlsafe(24),
-        "TIDINGS_SECRET_KEY": secrets.token_urlsafe(24),
+        "TIDINGS_ADMIN_KEY": RUN_ADMIN_KEY,
+        "TIDINGS_SECRET_KEY": RUN_SECRET_KEY,
         "TIDINGS_VAR_DIR": str(var_dir),
         **overrides,
     }

@@ -41,7 +41,7 @@ from harness import LAYOUTS, Processes, bench_env, describe_layout, servers
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
 
-from app.config import Settings
+from app.config import Settings, use_settings
 from app.db import session_factory
 from app.delivery.queues import all_queues, prepare_queue
 from app.enums import KeyKind, Priority
@@ -278,7 +278,7 @@ def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
     with servers() as urls, tempfile.TemporaryDirectory(prefix="singles-") as scratch:
         directory = Path(scratch)
         env = bench_env(urls, directory, EMAIL_PROVIDER="log")
-        settings = Settings.from_env(env)
+        settings = use_settings(Settings.from_env(env))
         migrate.upgrade(settings.database_url)
         engine = create_engine(settings.database_url)
         db = session_factory(settings.database_url)

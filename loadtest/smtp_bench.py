@@ -33,7 +33,7 @@ from email.policy import SMTP as SMTP_POLICY
 from pathlib import Path
 
 import psutil
-from harness import servers
+from harness import servers, use_run_settings
 from sqlalchemy import text
 
 from app.config import database_url_from_env
@@ -151,6 +151,7 @@ def run_clients(port: int, key: str, tls: ssl.SSLContext | None, counts: list[in
 
 def bench(messages: int, clients: int, recipients: int, attachment_kb: int, use_tls: bool) -> Result:
     with servers() as env, ExitStack() as stack:
+        use_run_settings(env)
         database_url = database_url_from_env(env)
         migrate.upgrade(database_url)
         db = session_factory(database_url)

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.faults.stack runs Tidings as processes
 
-from harness import servers
+from harness import servers, use_run_settings
 from usage import Role
 
 from app.config import Settings, database_url_from_env
@@ -202,6 +202,7 @@ def set_up(name: str, args: argparse.Namespace, run_dir: Path, **env: str) -> It
     provider and the stack; afterwards the workload's project goes, with its messages."""
     provider_args = ["--latency", args.provider_latency, "--transient-rate", str(args.transient_rate)]
     with servers() as urls:
+        use_run_settings(urls)
         database_url = database_url_from_env(urls)
         print(f"setting up {args.subscribers:,} subscribers and the templates …", flush=True)
         workload = create_workload(database_url, args.subscribers, name)

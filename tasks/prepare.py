@@ -71,6 +71,8 @@ def prepare_next(priority: str = Priority.BULK) -> None:
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
     """One chunk, however it came: a run that died before splits it, a message that kills
     its worker is failed, one that raises fails alone (tasks/isolation.py)."""
+    if not ids:  # nothing to count in Redis either (HMGET needs a field)
+        return
     runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
     unfinished = runs.most(ids)
     if unfinished and len(ids) > 1:  # a run holding some of these died: find the killer, one per task

@@ -20,7 +20,7 @@ import requests
 from sqlalchemy import select
 
 from app.access.auth import find_caller
-from app.config import Settings
+from app.config import Settings, use_settings
 from app.db import session_factory
 from app.enums import KeyKind
 from app.models import Project
@@ -47,7 +47,7 @@ def run(env: dict[str, str]) -> int:
         env["REDIS_URL"] = embedded_redis.url
     env.update({name: value for name, value in _dev_secrets(var_dir).items() if not env.get(name)})
     env.setdefault("TIDINGS_LOG_FORMAT", "text")  # a person reads these; production ships JSON
-    settings = Settings.from_env(env)
+    settings = use_settings(Settings.from_env(env))  # the demo project's secrets are sealed with its key
     migrate.upgrade(settings.database_url)
     demo_key = _demo_key(settings, var_dir)
     children: list[subprocess.Popen] = []
