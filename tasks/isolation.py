@@ -56,15 +56,21 @@ class UnfinishedRuns:
         self.client = client
         self.key = f"tidings:unfinished:{stage}"
 
-    def most(self, ids: Sequence[str]) -> int:
-        """The most unfinished runs any of `ids` has had."""
-        return max((int(count) for count in self.client.hmget(self.key, list(ids)) if count is not None), default=0)
-
-    def start(self, ids: Sequence[str]) -> None:
+    def start(self, ids: Sequence[str]) -> int:
+        """Count this run on each of `ids`, in one round trip; the most unfinished runs any of
+        them had before it."""
         with self.client.pipeline(transaction=False) as pipe:
             for message_id in ids:
                 pipe.hincrby(self.key, message_id, 1)
             pipe.expire(self.key, self.KEEP_SECONDS)
+            *counts, _ = pipe.execute()
+        return max(counts) - 1
+
+    def undo(self, ids: Sequence[str]) -> None:
+        """This run will not happen after all (its messages go one per task): uncount it."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for message_id in ids:
+                pipe.hincrby(self.key, message_id, -1)
             pipe.execute()
 
     def finish(self, ids: Sequence[str]) -> None:

@@ -71,11 +71,12 @@ def prepare_next(priority: str = Priority.BULK) -> None:
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
     """One chunk, however it came: a run that died before splits it, a message that kills
     its worker is failed, one that raises fails alone (tasks/isolation.py)."""
-    if not ids:  # nothing to count in Redis either (HMGET needs a field)
+    if not ids:  # nothing to prepare, nor to count in Redis
         return
     runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
-    unfinished = runs.most(ids)
+    unfinished = runs.start(ids)
     if unfinished and len(ids) > 1:  # a run holding some of these died: find the killer, one per task
+        runs.undo(ids)
         for signature in dispatch.prepare(ids, priority, size=1):
             publish(signature)
         return
@@ -83,7 +84,6 @@ def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
         why = f"killed its worker {unfinished} times"
         isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, ids[0], why)
         return
-    runs.start(ids)
     try:
         isolation.in_halves(
             ids,
