@@ -7,13 +7,15 @@ a project of their own, exactly as tenants are isolated in production.
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -30,6 +32,7 @@ from app.delivery import adapters
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.queues import all_queues
+from app.enums import Channel
 from app.runtime import migrate
 from app.runtime.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
@@ -181,6 +184,29 @@ def worker(app: Flask) -> Iterator[Any]:
 @pytest.fixture(autouse=True)
 def _fresh_provider_instances() -> None:
     adapters.clear()
+
+
+# The deployment's webhook signing secret while a test routes the webhook channel to its real adapter.
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"a webhook signing key of 32 byte").decode()
+# The webhook channel's real adapter for receivers on 127.0.0.1, a 1 s deadline per call.
+WEBHOOK_ENVIRON = {
+    "WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+    "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
+    "WEBHOOK_TIMEOUT": "1",  # a receiver on 127.0.0.1 answers well within it, unless it drips
+}
+
+
+@contextmanager
+def rerouted(settings: Settings, chains: Mapping[Channel, tuple[str, ...]], **environ: str) -> Iterator[None]:
+    """Channels routed to other adapters (real ones against local servers) for one test, then
+    back. No worker listens on their deliver lanes, so the test calls deliver itself."""
+    configure(replace(settings, environ={**settings.environ, **environ}, chains={**settings.chains, **chains}))
+    adapters.clear()
+    try:
+        yield
+    finally:
+        configure(settings)
+        adapters.clear()
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -6,29 +6,23 @@ FCM and a webhook receiver; the worker prepares, the test delivers.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from app.delivery import adapters
 from app.enums import Channel
 from providers import signing
 from providers.webhook import UNREACHABLE
-from tasks.celery_app import configure
 from tasks.deliver import deliver
-from tests.conftest import create_project, email
+from tests.conftest import WEBHOOK_ENVIRON, create_project, email, rerouted
 from tests.fcm_server import SEND, fcm_error, serve_tokens, service_account
 from tests.hostile_server import HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
-
-WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"a webhook signing key of 32 byte").decode()
 
 
 @pytest.fixture(scope="module")
@@ -43,32 +37,27 @@ def real_providers(settings, httpserver: HTTPServer, key) -> Iterator[None]:
     account = service_account(key, httpserver)
     serve_tokens(key, httpserver)
     url = httpserver.url_for("")
-    environ = {
-        **settings.environ,
-        "EMAIL_FROM": "hello@acme.test",
-        "POSTMARK_SERVER_TOKEN": "server-token",
-        "POSTMARK_BASE_URL": url,
-        "TWILIO_ACCOUNT_SID": "AC123",
-        "TWILIO_AUTH_TOKEN": "auth-token",
-        "TWILIO_FROM": "+15005550006",
-        "TWILIO_BASE_URL": url,
-        "FCM_CREDENTIALS_JSON": json.dumps(account),
-        "FCM_BASE_URL": url,
-        "WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
-        "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
-        "WEBHOOK_TIMEOUT": "1",  # a receiver on 127.0.0.1 answers well within it, unless it drips
-    }
     chains = {
         Channel.EMAIL: ("postmark",),
         Channel.SMS: ("twilio",),
         Channel.PUSH: ("fcm",),
         Channel.WEBHOOK: ("webhook",),
     }
-    configure(replace(settings, environ=environ, chains=chains))
-    adapters.clear()
-    yield
-    configure(settings)
-    adapters.clear()
+    with rerouted(
+        settings,
+        chains,
+        EMAIL_FROM="hello@acme.test",
+        POSTMARK_SERVER_TOKEN="server-token",
+        POSTMARK_BASE_URL=url,
+        TWILIO_ACCOUNT_SID="AC123",
+        TWILIO_AUTH_TOKEN="auth-token",
+        TWILIO_FROM="+15005550006",
+        TWILIO_BASE_URL=url,
+        FCM_CREDENTIALS_JSON=json.dumps(account),
+        FCM_BASE_URL=url,
+        **WEBHOOK_ENVIRON,
+    ):
+        yield
 
 
 def prepared(project, body: dict) -> str:

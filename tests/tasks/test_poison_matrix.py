@@ -9,13 +9,11 @@ nothing is left `sending`.
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 import redis
@@ -23,19 +21,17 @@ from pytest_httpserver import HTTPServer
 from sqlalchemy import text
 from werkzeug import Request, Response
 
-from app.delivery import adapters, dispatch
+from app.delivery import dispatch
 from app.delivery.breaker import CircuitBreakers, CircuitState
 from app.enums import Channel
-from tasks.celery_app import configure
 from tasks.deliver import deliver
-from tests.conftest import create_project
+from tests.conftest import WEBHOOK_ENVIRON, create_project, rerouted
 from tests.faults.stack import new_project, statuses
 from tests.hostile_server import HostileServer
 
 pytestmark = pytest.mark.usefixtures("worker")
 
 GOOD = 99
-SECRET = "whsec_" + base64.b64encode(b"a webhook signing key of 32 byte").decode()
 
 
 class Ledger:
@@ -70,19 +66,9 @@ def ledger() -> Iterator[Ledger]:
 
 @pytest.fixture
 def webhook_channel(settings) -> Iterator[None]:
-    """The webhook channel through the real adapter, with a 1 s deadline per call. No worker
-    listens on its deliver lane, so the test delivers each batch itself."""
-    environ = {
-        **settings.environ,
-        "WEBHOOK_SIGNING_SECRET": SECRET,
-        "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
-        "WEBHOOK_TIMEOUT": "1",
-    }
-    configure(replace(settings, environ=environ, chains={**settings.chains, Channel.WEBHOOK: ("webhook",)}))
-    adapters.clear()
-    yield
-    configure(settings)
-    adapters.clear()
+    """The webhook channel through the real adapter; the test delivers each batch itself."""
+    with rerouted(settings, {Channel.WEBHOOK: ("webhook",)}, **WEBHOOK_ENVIRON):
+        yield
 
 
 def accepted(engine, project_id: str, channel: str, to: str | None, **columns) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from pytest_httpserver import HTTPServer
@@ -17,11 +16,9 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 from werkzeug import Request, Response
 
-from app.delivery import adapters
 from app.enums import Channel
-from tasks.celery_app import configure
 from tasks.deliver import deliver
-from tests.conftest import ProjectKeys, create_project
+from tests.conftest import ProjectKeys, create_project, rerouted
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -31,12 +28,10 @@ DEPLOYMENT_SECRET = "whsec_" + base64.b64encode(b"the deployment's one signing k
 @pytest.fixture
 def webhook_channel(settings) -> Iterator[None]:
     """The webhook channel routed to the real webhook adapter, signing with the deployment's secret."""
-    environ = {**settings.environ, "WEBHOOK_SIGNING_SECRET": DEPLOYMENT_SECRET, "WEBHOOK_TIMEOUT": "2"}
-    configure(replace(settings, environ=environ, chains={**settings.chains, Channel.WEBHOOK: ("webhook",)}))
-    adapters.clear()
-    yield
-    configure(settings)
-    adapters.clear()
+    with rerouted(
+        settings, {Channel.WEBHOOK: ("webhook",)}, WEBHOOK_SIGNING_SECRET=DEPLOYMENT_SECRET, WEBHOOK_TIMEOUT="2"
+    ):
+        yield
 
 
 @pytest.fixture
