@@ -194,6 +194,7 @@ def pause_for(result: SendResult) -> tuple[float, str, str]:
 
 
 def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
+    webhook = row.webhook_project or {"signing_secrets": (), "allowed_networks": None}
     return Outbound(
         message_id=row.id,
         channel=row.channel,
@@ -207,6 +208,6 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         headers=row.headers or {},
         cc=row.cc,
         attachments=tuple(files[file_id] for file_id in row.attachment_ids or ()),
-        signing_keys=tuple(None if secret is None else signing_key(secret) for secret in row.signing_secrets or ()),
-        allowed_networks=row.allowed_networks or (),
+        signing_keys=tuple(None if secret is None else signing_key(secret) for secret in webhook["signing_secrets"]),
+        allowed_networks=webhook["allowed_networks"] or (),
     )

@@ -48,13 +48,11 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
     The conditional UPDATE is the guard against double sends: of two workers holding the
     same ids, only one gets rows back. `account_version` is set where the message's project
     has its own account with the provider: when it was last changed (a primary-key lookup
-    per row, inside the one statement). `signing_secrets` is, for the webhook channel, the
-    project's secrets (encrypted) to sign with, current first, the previous one during a
-    rotation's overlap; NULL stands for the account's own secret (a project made before
-    projects had their own, or its first rotation's overlap). Another lookup by key, so
-    signing with each project's secrets costs the batch no query of its own.
-    A webhook also comes with the networks its project may reach (`webhook_allowed_networks`),
-    another such lookup, for webhooks only.
+    per row, inside the one statement). `webhook_project` is, for the webhook channel only,
+    one more lookup by key: its project's `signing_secrets` (encrypted, current first, the
+    previous one during a rotation's overlap; null stands for the account's own secret) and
+    the `allowed_networks` it may also reach. So signing and guarding each project's
+    webhooks costs the batch no query of its own.
     """
     return session.execute(
         text(
@@ -72,13 +70,14 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
                       c.headers, c.attachment_ids::text[] AS attachment_ids,
                       (SELECT a.updated_at FROM project_providers a
                        WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
-                      (SELECT ARRAY[p.webhook_signing_secret]
-                              || CASE WHEN p.webhook_signing_previous_expires_at > now()
-                                      THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END
-                       FROM projects p WHERE p.id = m.project_id AND m.channel = 'webhook') AS signing_secrets,
                       CASE WHEN m.channel = 'webhook' THEN
-                        (SELECT p.settings -> 'webhook_allowed_networks' FROM projects p WHERE p.id = m.project_id)
-                      END AS allowed_networks
+                        (SELECT jsonb_build_object(
+                                    'signing_secrets', ARRAY[p.webhook_signing_secret]
+                                        || CASE WHEN p.webhook_signing_previous_expires_at > now()
+                                                THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END,
+                                    'allowed_networks', p.settings -> 'webhook_allowed_networks')
+                         FROM projects p WHERE p.id = m.project_id)
+                      END AS webhook_project
             """
         ),
         {"ids": list(ids), "provider": provider},
