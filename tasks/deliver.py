@@ -15,7 +15,7 @@ from sqlalchemy import Row
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
-from app.db import enqueue_after_commit, session_scope
+from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import adapters, dispatch, fanout, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
@@ -82,9 +82,33 @@ def send(
         ids = ids[: grant.granted]
     if not ids:
         return []
+    deaths = isolation.UnfinishedRuns(client, "deliver")
+
+    def fail(message_id: str, why: str) -> None:
+        isolation.fail_poisoned(config, "deliver", MessageStatus.READY, message_id, why)
+
+    if not deaths.admit(ids, lambda part: one_per_task(provider, priority, part), fail):
+        return []
     with session_scope(config.database_url) as session:
         claimed = store.claim(session, provider, ids)
         files = attachments.load(session, claimed)
+    mine = [row.id for row in claimed]
+    deaths.undo(sorted(set(ids) - set(mine)))  # not this run's to count: another run's, or done
+    try:
+        return send_claimed(config, client, provider, priority, claimed, files)
+    finally:  # an exception ended the run, not a death: it counts for nothing
+        deaths.finish(mine)
+
+
+def send_claimed(
+    config: Settings,
+    client: redis.Redis,
+    provider: str,
+    priority: str,
+    claimed: Sequence[Row],
+    files: Mapping[str, Attachment],
+) -> list[tuple[Sequence[Row], SendRun]]:
+    """Send what this run claimed, and write each message's fate."""
     if not claimed:
         return []
     runs = send_by_account(config, client, provider, claimed, files)
@@ -135,6 +159,12 @@ def send_by_account(
             increment(client, "provider_pauses", provider=provider, cause=cause)
         runs.append((rows, run))
     return runs
+
+
+def one_per_task(provider: str, priority: str, ids: Sequence[str]) -> None:
+    """Messages of a run that died, one per task: the one that kills its worker dies alone."""
+    for signature in dispatch.deliver(provider, priority, ids, size=1):
+        publish(signature)
 
 
 def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float) -> None:

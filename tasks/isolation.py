@@ -11,14 +11,15 @@ poison in 500 costs about 2·log2(500) ≈ 18 more transactions, once.
 A message whose handling kills its worker (out of memory, a crash, a hard time limit)
 leaves no exception to catch: its runs are counted instead (UnfinishedRuns). The run
 after one that died goes one task per message, and a message whose own runs keep dying
-is failed without another try (tasks/prepare.py): a few worker deaths, whatever the size
-of its batch, and its batch-mates go on after the first.
+is failed without another try (UnfinishedRuns.admit, for prepare and deliver): a few
+worker deaths, whatever the size of its batch, and its batch-mates go on after the first.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import kombu.exceptions
 import redis
@@ -42,6 +43,18 @@ BATCH_WIDE: tuple[type[BaseException], ...] = (
     redis.exceptions.TimeoutError,
     kombu.exceptions.OperationalError,
 )
+
+# A message whose own runs died this often is failed instead of run again: more than once,
+# so that one deploy's hard kill never fails a message that was merely in flight.
+KILLED_RUNS = 3
+
+
+# KEYS: the stage's hash. ARGV: message ids, each counted once less; a count of none goes.
+_UNDO = """
+for _, id in ipairs(ARGV) do
+  if redis.call('HINCRBY', KEYS[1], id, -1) <= 0 then redis.call('HDEL', KEYS[1], id) end
+end
+"""
 
 
 class UnfinishedRuns:
@@ -67,14 +80,31 @@ class UnfinishedRuns:
         return max(counts) - 1
 
     def undo(self, ids: Sequence[str]) -> None:
-        """This run will not happen after all (its messages go one per task): uncount it."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for message_id in ids:
-                pipe.hincrby(self.key, message_id, -1)
-            pipe.execute()
+        """This run will not happen after all (its messages go one per task, or were not its
+        to take): uncount it, forgetting the messages no dead run holds."""
+        if ids:
+            self.client.eval(_UNDO, 1, self.key, *ids)
 
     def finish(self, ids: Sequence[str]) -> None:
-        self.client.hdel(self.key, *ids)
+        if ids:
+            self.client.hdel(self.key, *ids)
+
+    def admit(
+        self, ids: Sequence[str], one_per_task: Callable[[Sequence[str]], Any], fail: Callable[[str, str], Any]
+    ) -> bool:
+        """Count this run on `ids`; whether it may go ahead. After a run holding some of them
+        died, they go `one_per_task` instead, to find the killer; a message whose own runs
+        died KILLED_RUNS times is failed with the reason instead of run again. A run that
+        goes ahead ends with `finish` (or `undo`) on every id, whatever happens short of death."""
+        unfinished = self.start(ids)
+        if unfinished and len(ids) > 1:
+            self.undo(ids)
+            one_per_task(ids)
+            return False
+        if unfinished >= KILLED_RUNS:
+            fail(ids[0], f"killed its worker {unfinished} times")
+            return False
+        return True
 
 
 def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], None], alone: Callable[[str, str], None]) -> None:

@@ -47,10 +47,6 @@ from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
 from tasks import instrument, isolation, routing
 
-# A message whose own prepare runs died this often is failed instead of run again: more than
-# once, so that one deploy's hard kill never fails a message that was merely in flight.
-KILLED_RUNS = 3
-
 
 @celery_app.task(name="tidings.prepare")
 def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
@@ -74,22 +70,18 @@ def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
     if not ids:  # nothing to prepare, nor to count in Redis
         return
     runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
-    unfinished = runs.start(ids)
-    if unfinished and len(ids) > 1:  # a run holding some of these died: find the killer, one per task
-        runs.undo(ids)
-        for signature in dispatch.prepare(ids, priority, size=1):
+
+    def fail(message_id: str, why: str) -> None:
+        isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why)
+
+    def one_per_task(part: Sequence[str]) -> None:
+        for signature in dispatch.prepare(part, priority, size=1):
             publish(signature)
-        return
-    if unfinished >= KILLED_RUNS:
-        why = f"killed its worker {unfinished} times"
-        isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, ids[0], why)
+
+    if not runs.admit(ids, one_per_task, fail):
         return
     try:
-        isolation.in_halves(
-            ids,
-            lambda part: prepare_batch(config, part),
-            lambda message_id, why: isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why),
-        )
+        isolation.in_halves(ids, lambda part: prepare_batch(config, part), fail)
     finally:  # an exception ended the run, not a death: it counts for nothing
         runs.finish(ids)
 

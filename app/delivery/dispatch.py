@@ -36,9 +36,11 @@ def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str |
     ]
 
 
-def deliver(provider: str, priority: str, ids: Sequence[str], countdown: float = 0) -> list[Signature]:
+def deliver(
+    provider: str, priority: str, ids: Sequence[str], countdown: float = 0, size: int | None = None
+) -> list[Signature]:
     options = {"countdown": countdown} if countdown > 0 else {}
-    size = min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK)
+    size = size or min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK)
     return [
         celery_app.signature(
             "tidings.deliver",

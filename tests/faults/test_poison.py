@@ -1,17 +1,19 @@
-"""A message whose prepare kills its worker, every time: its batch-mates go on after the first
-death, and it is failed alone after a few, instead of taking a worker down at every sweep."""
+"""A message whose prepare or delivery kills its worker, every time: its batch-mates go on after
+the first death, and it is failed alone after a few, instead of taking a worker down at every sweep."""
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from sqlalchemy import text
+from werkzeug import Request, Response
 
-from tests.faults.stack import insert_accepted, wait_until_terminal
-
-KILLS = 3  # tasks/prepare.py KILLED_RUNS
+from tasks.isolation import KILLED_RUNS
+from tests.faults.stack import Stack, insert_accepted, wait_until_terminal
 
 
 def wait_until_stuck_on(engine, holder_pid: int, waiting_before: int, timeout: float = 30) -> int:
@@ -53,14 +55,14 @@ def test_a_message_that_kills_its_worker_fails_alone_and_its_batch_mates_are_sen
         holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
         stack.publish_prepare(ids)
         stack.start_beat()
-        for death in range(1, KILLS + 1):
-            stack.start_worker(f"worker{death}", "--concurrency", "2")
-            wait_until_stuck_on(engine, holder_pid, waiting_before=0)
-            if death > 1:  # the batch-mates went on after the first death; no kill lands mid-call
-                good = wait_until_terminal(engine, [i for i in ids if i != poison], timeout=60)
-                assert Counter(good.values()) == Counter({"sent": 19})
-            stack.signal(f"worker{death}", signal.SIGKILL)
-            end_waiters(engine, holder_pid)
+        kill_while_held(
+            stack,
+            engine,
+            ids,
+            poison,
+            lambda _: wait_until_stuck_on(engine, holder_pid, waiting_before=0),
+            after_kill=lambda: end_waiters(engine, holder_pid),
+        )
         stack.start_worker("survivor", "--concurrency", "2")
         seen = wait_until_terminal(engine, ids, timeout=60)
         holder.rollback()
@@ -73,4 +75,82 @@ def test_a_message_that_kills_its_worker_fails_alone_and_its_batch_mates_are_sen
         error = connection.execute(
             text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
         ).scalar_one()
-    assert error == f"prepare killed its worker {KILLS} times"
+    assert error == f"prepare killed its worker {KILLED_RUNS} times"
+
+
+class HangingProvider:
+    """Holds every provider call that carries the poison until the test has killed its worker:
+    the stand-in for a message whose sending kills the worker. Calls without it go through."""
+
+    def __init__(self, poison: str):
+        self.poison = poison
+        self.held: list[threading.Event] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Response | None:
+        if all(m["id"] != self.poison for m in request.get_json()["messages"]):
+            return None
+        release = threading.Event()
+        with self._lock:
+            self.held.append(release)
+        release.wait(timeout=120)
+        return Response("the worker is gone", status=500)
+
+    def wait_held(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.held) < count:
+            assert time.monotonic() < deadline, f"the poison's call was held {len(self.held)} times, not {count}"
+            time.sleep(0.05)
+
+    def release_all(self) -> None:
+        for release in self.held:
+            release.set()
+
+
+def kill_while_held(
+    stack: Stack,
+    engine,
+    ids: list[str],
+    poison: str,
+    wait_stuck: Callable[[int], None],
+    after_kill: Callable[[], None] = lambda: None,
+) -> None:
+    """Start a worker and kill it once it is stuck on the poison (for the n-th time), KILLED_RUNS
+    times; from the second death on, every other message must already be sent."""
+    for death in range(1, KILLED_RUNS + 1):
+        stack.start_worker(f"worker{death}", "--concurrency", "2")
+        wait_stuck(death)
+        if death > 1:
+            good = wait_until_terminal(engine, [i for i in ids if i != poison], timeout=60)
+            assert Counter(good.values()) == Counter({"sent": len(ids) - 1})
+        stack.signal(f"worker{death}", signal.SIGKILL)
+        after_kill()
+
+
+def test_a_message_whose_sending_kills_its_worker_fails_alone_and_its_batch_mates_are_sent_once(
+    make_stack, provider, engine, fault_project
+):
+    provider.deduplicate = False  # the ledger counts every accepted request, repeats included
+    stack = make_stack(CLAIM_TIMEOUT_SECONDS="2")  # the fake provider is idempotent: abandoned claims retry
+    ids = insert_accepted(engine, fault_project, 20)
+    poison = ids[7]
+    provider.override = hanging = HangingProvider(poison)
+    try:
+        stack.publish_prepare(ids)
+        stack.start_beat()
+        kill_while_held(stack, engine, ids, poison, hanging.wait_held)
+        stack.start_worker("survivor", "--concurrency", "2")
+        seen = wait_until_terminal(engine, ids, timeout=60)
+    finally:
+        hanging.release_all()
+    assert Counter(seen.values()) == Counter({"sent": 19, "failed": 1})
+    assert seen[poison] == "failed"
+    assert len(hanging.held) == KILLED_RUNS  # the first with its whole batch, then alone
+    ledger = Counter(r.message_id for r in provider.delivered())
+    assert [ledger[i] for i in ids if i != poison] == [1] * 19
+    assert ledger[poison] == 0
+    with engine.connect() as connection:
+        error = connection.execute(
+            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
+        ).scalar_one()
+    assert error == f"deliver killed its worker {KILLED_RUNS} times"

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import uuid
 from collections import Counter
 
 import pytest
+import redis
 import sqlalchemy.exc
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.delivery import dispatch
-from tasks.isolation import in_halves
+from tasks.isolation import KILLED_RUNS, UnfinishedRuns, in_halves
 from tests.conftest import create_project
 from tests.faults.stack import insert_accepted, new_project, wait_until_terminal
 from tests.provider_server import json_response
@@ -151,3 +153,25 @@ def test_a_message_that_cannot_be_built_for_the_provider_fails_alone(client, eng
             text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": broken}
         ).scalar_one()
     assert error.startswith("could not be built for the provider: KeyError")
+
+
+def test_counts_of_runs_that_died_decide_who_goes_alone_and_who_fails(settings):
+    runs = UnfinishedRuns(redis.Redis.from_url(settings.redis_url), f"test-{uuid.uuid4().hex}")
+    alone: list[list[str]] = []
+    failed: list[tuple[str, str]] = []
+
+    def admit(ids: list[str]) -> bool:
+        return runs.admit(ids, lambda part: alone.append(list(part)), lambda i, why: failed.append((i, why)))
+
+    assert admit(["a", "b", "c"])  # no run died yet; this one dies: nothing finishes
+    assert not admit(["a", "b", "c"]) and alone == [["a", "b", "c"]]
+    assert admit(["a"]) and admit(["b"])
+    runs.finish(["a"])
+    runs.undo(["b"])  # b was not this run's to take: its one death still counts
+    for _ in range(KILLED_RUNS - 1):
+        assert admit(["c"])  # c's runs keep dying
+    assert not admit(["c"]) and failed == [("c", f"killed its worker {KILLED_RUNS} times")]
+    assert runs.client.hgetall(runs.key) == {b"b": b"1", b"c": str(KILLED_RUNS + 1).encode()}
+    runs.undo(["b"])
+    assert runs.client.hgetall(runs.key) == {b"c": str(KILLED_RUNS + 1).encode()}  # no count of none is kept
+    runs.client.delete(runs.key)
