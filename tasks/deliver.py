@@ -4,6 +4,7 @@ send in the adapter's batch size (per account), and finalise the batch in one st
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections import Counter
@@ -16,11 +17,12 @@ from sqlalchemy import Row
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
 from app.db import enqueue_after_commit, publish, session_scope
-from app.delivery import adapters, dispatch, fanout, store
+from app.delivery import adapters, dispatch, fairness, fanout, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.pacing import ProviderPacer
 from app.delivery.pauses import ProviderPauses
+from app.delivery.queues import deliver_queue
 from app.enums import MessageStatus, Priority
 from app.observability.counters import increment
 from app.redis_client import redis_for
@@ -45,17 +47,60 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
     their channel. The database session is closed during the provider call, so a slow
     provider holds no connection and no row lock.
     """
+    deliver_batch(current_settings(), provider, ids, priority)
+
+
+@celery_app.task(name="tidings.deliver_next")
+def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
+    """Deliver the bulk chunk whose project's turn it is (app/delivery/fairness.py).
+
+    What the provider's pace does not admit goes back to the head of its project's list,
+    and this token tries again later (`spread`): a campaign's thousand tokens do not all
+    wake every second. Whichever token wakes takes the chunk whose turn it is.
+    """
     config = current_settings()
+    client = redis_for(config.redis_url)
+    lane = deliver_queue(provider, priority)
+    taken = fairness.withdraw(client, lane)
+    if taken is None:
+        return
+    project, ids = taken
+    rate = config.rates.get(provider)
+    if rate is not None:
+        grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
+        if grant.granted < len(ids):
+            fairness.give_back(client, lane, project, ids[grant.granted :])
+            countdown = min(grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids)), MAX_COUNTDOWN)
+            publish(dispatch.deliver_token(provider, priority, countdown))
+            increment(client, "pacing_postponed", len(ids) - grant.granted, provider=provider)
+        ids = ids[: grant.granted]
+    if ids:
+        deliver_batch(config, provider, ids, priority, project, pace=False)
+
+
+def spread(waiting: int, rate: float, chunk: int) -> float:
+    """Seconds at random beyond the pace's wait for a token of a lane where `waiting` chunks
+    wait: none while they are few enough for the pace to take at its next window, else
+    spread so that they wake about twice as often as the pace has room for a chunk."""
+    room = 2 * max(rate / chunk, 1.0)
+    return 0.0 if waiting <= room else random.uniform(0, waiting / room)
+
+
+def deliver_batch(
+    config: Settings, provider: str, ids: list[str], priority: str, project: str | None = None, pace: bool = True
+) -> None:
+    """One batch, however it came; `pace` unless the provider's pace was taken for it. A
+    pause puts it off, back to `project`'s turn where it has one."""
     client = redis_for(config.redis_url)
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:
-        postpone(config, provider, priority, ids, paused_for)
+        postpone(config, provider, priority, ids, paused_for, project)
         increment(client, "pause_postponed", len(ids), provider=provider)
         return
     admitted = failover.admit(config, client, provider, priority, ids)
     runs: list[tuple[Sequence[Row], SendRun]] = []
     try:
-        runs = send(config, client, provider, priority, admitted.ids)
+        runs = send(config, client, provider, priority, admitted.ids, pace)
     finally:
         # Once per batch, and always for a probe: it must give its place back whatever happened.
         if runs or admitted.probe:
@@ -70,11 +115,11 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
 
 
 def send(
-    config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str]
+    config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str], pace: bool
 ) -> list[tuple[Sequence[Row], SendRun]]:
-    """Pace, claim, send and finalise; what each account of the provider said."""
+    """Pace (if `pace`), claim, send and finalise; what each account of the provider said."""
     rate = config.rates.get(provider)
-    if rate is not None and ids:
+    if pace and rate is not None and ids:
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
             postpone(config, provider, priority, ids[grant.granted :], grant.wait_seconds)
@@ -167,12 +212,15 @@ def one_per_task(provider: str, priority: str, ids: Sequence[str]) -> None:
         publish(signature)
 
 
-def postpone(config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float) -> None:
-    """Put `ids` back on the broker after `wait`, and tell the sweeper not to expect them sooner."""
+def postpone(
+    config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float, project: str | None = None
+) -> None:
+    """Put `ids` back on the broker after `wait` (first in `project`'s turn, where it has one),
+    and tell the sweeper not to expect them sooner."""
     countdown = min(max(wait, 0.05), MAX_COUNTDOWN)
     with session_scope(config.database_url) as session:
         store.expect_ready_by(session, ids, countdown)
-        for signature in dispatch.deliver(provider, priority, ids, countdown):
+        for signature in dispatch.deliver(provider, priority, ids, countdown, project=project):
             enqueue_after_commit(session, signature)
 
 

@@ -24,7 +24,6 @@ Rendering comes last so that messages that will not go are never rendered.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -59,9 +58,9 @@ def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
 def prepare_next(priority: str = Priority.BULK) -> None:
     """Prepare the bulk chunk whose project's turn it is (app/delivery/fairness.py)."""
     config = current_settings()
-    ids = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
-    if ids:
-        prepare_chunk(config, ids, priority)
+    taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
+    if taken is not None:
+        prepare_chunk(config, taken[1], priority)
 
 
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
@@ -106,6 +105,7 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
             )
         }
         plan = Plan()
+        projects = {row.id: row.project_id for row in rows}
         rules: dict[str, ProjectRules] = {}
         for row in rows:
             project_rules = rules.setdefault(row.project_id, ProjectRules.from_settings(row.project_settings))
@@ -119,12 +119,11 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
         )
         store.record_events(session, plan.events)
         fanout.announce(session, prepare_store.to_inbox(session, plan.inbox))
-        lanes: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for message_id, provider, priority, _ in plan.ready:
-            lanes[(provider, priority)].append(message_id)
-        for (provider, priority), message_ids in lanes.items():
-            for signature in dispatch.deliver(provider, priority, message_ids):
-                enqueue_after_commit(session, signature)
+        ready = [
+            (message_id, provider, priority, projects[message_id]) for message_id, provider, priority, _ in plan.ready
+        ]
+        for task in dispatch.deliver_by_lane(ready):
+            enqueue_after_commit(session, task)
     instrument.prepared(redis_for(config.redis_url), rows, plan)
 
 

@@ -5,7 +5,8 @@ Callers name tasks through these functions only, so the routing rules live in on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 from celery.canvas import Signature
 
@@ -28,27 +29,51 @@ MIN_DELIVER_CHUNK = 50
 def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None) -> list[Publishable]:
     """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py)."""
     chunks = _chunks(ids, size)
+    queue = prepare_queue(priority)
     if project is not None and priority == Priority.BULK:
-        return [FairChunks(project, priority, chunks)] if chunks else []
+        token = celery_app.signature("tidings.prepare_next", args=(priority,), queue=queue)
+        return _in_turn(project, queue, token, chunks)
+    return [celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in chunks]
+
+
+def deliver(
+    provider: str,
+    priority: str,
+    ids: Sequence[str],
+    countdown: float = 0,
+    size: int | None = None,
+    project: str | None = None,
+) -> list[Publishable]:
+    """Deliver tasks for `ids`; a project's bulk ones wait their project's turn, and those
+    put off by `countdown` (a provider's pace or pause) go first when that turn comes."""
+    options = {"countdown": countdown} if countdown > 0 else {}
+    chunks = _chunks(ids, size or min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK))
+    queue = deliver_queue(provider, priority)
+    if project is not None and priority == Priority.BULK:
+        return _in_turn(project, queue, deliver_token(provider, priority, countdown), chunks, ahead=bool(options))
     return [
-        celery_app.signature("tidings.prepare", args=(chunk, priority), queue=prepare_queue(priority))
+        celery_app.signature("tidings.deliver", args=(provider, chunk, priority), queue=queue, **options)
         for chunk in chunks
     ]
 
 
-def deliver(
-    provider: str, priority: str, ids: Sequence[str], countdown: float = 0, size: int | None = None
-) -> list[Signature]:
+def deliver_token(provider: str, priority: str, countdown: float = 0) -> Signature:
+    """A token of a bulk deliver lane: it delivers the chunk whose project's turn it is."""
     options = {"countdown": countdown} if countdown > 0 else {}
-    size = size or min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK)
+    queue = deliver_queue(provider, priority)
+    return celery_app.signature("tidings.deliver_next", args=(provider, priority), queue=queue, **options)
+
+
+def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publishable]:
+    """Deliver tasks for (id, provider, priority, project) of many lanes: bulk ones per
+    project, each to wait its project's turn; the others per lane, many projects a batch."""
+    lanes: dict[tuple[str, str, str | None], list[str]] = defaultdict(list)
+    for message_id, provider, priority, project in messages:
+        lanes[(provider, priority, project if priority == Priority.BULK else None)].append(message_id)
     return [
-        celery_app.signature(
-            "tidings.deliver",
-            args=(provider, chunk, priority),
-            queue=deliver_queue(provider, priority),
-            **options,
-        )
-        for chunk in _chunks(ids, size)
+        task
+        for (provider, priority, project), ids in lanes.items()
+        for task in deliver(provider, priority, ids, project=project)
     ]
 
 
@@ -58,6 +83,12 @@ def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signatur
         celery_app.signature("tidings.webhooks.deliver", args=(chunk,), queue=WEBHOOKS_QUEUE, **options)
         for chunk in _chunks(delivery_ids, WEBHOOK_CHUNK)
     ]
+
+
+def _in_turn(
+    project: str, queue: str, token: Signature, chunks: list[list[str]], ahead: bool = False
+) -> list[Publishable]:
+    return [FairChunks(project, queue, token, chunks, ahead)] if chunks else []
 
 
 def _chunks(ids: Sequence[str], size: int) -> list[list[str]]:

@@ -1,16 +1,21 @@
-"""Bulk work in turn per project: a campaign of 100,000 does not hold another project's 200 behind it."""
+"""Bulk work in turn per project: a campaign of 100,000 does not hold another project's 200 behind
+it, neither in prepare nor in a provider's deliver lane where the provider's pace is the limit."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import redis
 from sqlalchemy import text
 
 from app.delivery import dispatch, fairness
+from tasks.celery_app import configure
 from tests.conftest import bearer, create_project
-from tests.faults.stack import insert_accepted, new_project
+from tests.faults.stack import insert_accepted, new_project, ready_messages
 
 LANE = "prepare.test-fairness"
 
@@ -23,24 +28,50 @@ def ring(settings):
     client.delete(*client.keys(f"{fairness.PREFIX}{LANE}:*") or ["-"])
 
 
+def chunks_of(ring, lane: str = LANE) -> list[tuple[str, list[str]] | None]:
+    """Every withdrawal until the lane is empty, the last one (None) included."""
+    taken: list[tuple[str, list[str]] | None] = []
+    while (chunk := fairness.withdraw(ring, lane)) is not None:
+        taken.append(chunk)
+        assert len(taken) <= 100, "a withdrawal repeated a chunk"
+    return [*taken, None]
+
+
 def test_projects_take_turns_and_each_keeps_its_own_order(ring):
     fairness.deposit(ring, LANE, "a", [["a1"], ["a2"], ["a3"], ["a4"]])
     fairness.deposit(ring, LANE, "b", [["b1"], ["b2"]])
     fairness.deposit(ring, LANE, "c", [["c1"]])
-    taken = []
-    while (chunk := fairness.withdraw(ring, LANE)) is not None:
-        taken.extend(chunk)
-        assert len(taken) <= 7, "a withdrawal repeated a chunk"
-    assert taken == ["a1", "b1", "c1", "a2", "b2", "a3", "a4"]
+    taken = chunks_of(ring)
+    assert [chunk for _, chunk in taken[:-1]] == [["a1"], ["b1"], ["c1"], ["a2"], ["b2"], ["a3"], ["a4"]]
+    assert [project for project, _ in taken[:-1]] == ["a", "b", "c", "a", "b", "a", "a"]
     assert ring.keys(f"{fairness.PREFIX}{LANE}:*") == []
 
 
 def test_a_project_that_comes_back_rejoins_at_the_end(ring):
     fairness.deposit(ring, LANE, "a", [["a1"], ["a2"]])
-    assert fairness.withdraw(ring, LANE) == ["a1"]
+    assert fairness.withdraw(ring, LANE) == ("a", ["a1"])
     fairness.deposit(ring, LANE, "b", [["b1"]])
     fairness.deposit(ring, LANE, "a", [["a3"]])
-    assert [fairness.withdraw(ring, LANE) for _ in range(4)] == [["a2"], ["b1"], ["a3"], None]
+    assert chunks_of(ring) == [("a", ["a2"]), ("b", ["b1"]), ("a", ["a3"]), None]
+
+
+def test_a_chunk_given_back_goes_first_of_its_project_but_after_the_others_turn(ring):
+    fairness.deposit(ring, LANE, "a", [["a1"], ["a2"]])
+    fairness.deposit(ring, LANE, "b", [["b1"]])
+    assert fairness.withdraw(ring, LANE) == ("a", ["a1"])
+    fairness.give_back(ring, LANE, "a", ["a1"])  # the provider's pace admitted none of it
+    assert fairness.withdraw(ring, LANE) == ("b", ["b1"])
+    fairness.give_back(ring, LANE, "b", ["b1"])  # b had no other chunk: it rejoins the ring
+    assert chunks_of(ring) == [("a", ["a1"]), ("b", ["b1"]), ("a", ["a2"]), None]
+
+
+def cancel_the_rest(engine, project_id: str) -> None:
+    """What the campaign has not sent is not the test's business once it has measured."""
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET status = 'cancelled' WHERE project_id = :p AND status IN ('accepted', 'ready')"),
+            {"p": project_id},
+        )
 
 
 def sent(engine, project_id: str) -> int:
@@ -76,11 +107,7 @@ def test_a_campaign_of_100000_does_not_hold_another_projects_200_behind_it(clien
         busy_seconds = send_200_and_wait(client, engine, create_project(client))
         campaign_sent = sent(engine, campaign) - before
     finally:
-        with engine.begin() as connection:  # the rest of the campaign is not this test's business
-            connection.execute(
-                text("UPDATE messages SET status = 'cancelled' WHERE project_id = :p AND status = 'accepted'"),
-                {"p": campaign},
-            )
+        cancel_the_rest(engine, campaign)
     with capsys.disabled():
         print(
             f"\nfairness: 200 bulk sent in {idle_seconds:.2f} s idle, {busy_seconds:.2f} s behind a campaign of "
@@ -89,3 +116,40 @@ def test_a_campaign_of_100000_does_not_hold_another_projects_200_behind_it(clien
     # First in, first out, all of the campaign still waiting would go first; in turn, what it
     # had in flight and a chunk or two.
     assert campaign_sent < 10_000
+
+
+@contextmanager
+def paced(settings, provider: str, per_second: float) -> Iterator[None]:
+    """`provider` allows `per_second` messages for the test, as `<PROVIDER>_RATE_PER_SEC` says."""
+    configure(replace(settings, rates={**settings.rates, provider: per_second}))
+    try:
+        yield
+    finally:
+        configure(settings)
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_paced_providers_lane_takes_projects_in_turn(client, engine, settings, fake_provider, capsys):
+    """Prepare is fast, so the wait is in the deliver lane: first in, first out, B's 200 would
+    go after all of A's 20,000 at the provider's 400 a second, 50 s."""
+    campaign_size, rate = 20_000, 400
+    with paced(settings, "fake", rate):
+        idle_seconds = send_200_and_wait(client, engine, create_project(client))
+        campaign = new_project(engine)
+        ids = ready_messages(engine, campaign_size, campaign)
+        for task in dispatch.deliver("fake", "bulk", ids, project=campaign):
+            task.apply_async()
+        try:
+            before = sent(engine, campaign)
+            busy_seconds = send_200_and_wait(client, engine, create_project(client))
+            campaign_sent = sent(engine, campaign) - before
+        finally:
+            cancel_the_rest(engine, campaign)
+    with capsys.disabled():
+        print(
+            f"\nfairness at {rate}/s: 200 bulk sent in {idle_seconds:.2f} s idle, {busy_seconds:.2f} s behind a "
+            f"campaign of {campaign_size:,} ready ({busy_seconds / idle_seconds:.1f}x); {campaign_sent} of the "
+            "campaign sent meanwhile"
+        )
+    # In turn, B's two chunks share the pace with A's: A sends about as much as B meanwhile.
+    assert campaign_sent < campaign_size // 4

@@ -92,9 +92,9 @@ def insert_accepted(engine: Engine, project_id: str, count: int, priority: str =
         )
 
 
-def ready_messages(engine: Engine, count: int) -> list[str]:
-    """`count` email messages of a new project, ready for the `fake` provider to claim."""
-    ids = insert_accepted(engine, new_project(engine), count)
+def ready_messages(engine: Engine, count: int, project_id: str | None = None) -> list[str]:
+    """`count` email messages of a project (a new one by default), ready for the `fake` provider to claim."""
+    ids = insert_accepted(engine, project_id or new_project(engine), count)
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE messages SET status = 'ready', provider = 'fake' WHERE id = ANY(CAST(:ids AS uuid[]))"),

@@ -22,6 +22,7 @@ def test_every_task_has_an_explicit_readable_name():
         "tidings.prepare",
         "tidings.prepare_next",
         "tidings.deliver",
+        "tidings.deliver_next",
         "tidings.webhooks.deliver",
         *BEAT_TASKS,
     }
