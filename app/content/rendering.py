@@ -241,9 +241,20 @@ def check_source(field: str, value: Any) -> list[str]:
             problems.append("The template nests too deeply.")
             continue
         problems += _unsafe_constructs(tree)
+        problems += _unknown_names(field, tree)
         problems += _literal_problems(field, tree)
         _fold(tree, problems)
     return list(dict.fromkeys(problems))
+
+
+def _unknown_names(field: str, tree: nodes.Template) -> list[str]:
+    """Filters and tests the sandbox does not have (`format` is gone on purpose). Parsing
+    accepts any name and Jinja looks them up only when it compiles, or, inside an `if`, when
+    the branch runs: every render that reaches one fails, so the save must not pass."""
+    env = _env_for(field)
+    unknown = [("filter", node) for node in tree.find_all(nodes.Filter) if node.name not in env.filters]
+    unknown += [("test", node) for node in tree.find_all(nodes.Test) if node.name not in env.tests]
+    return [f"Template syntax error on line {node.lineno}: No {kind} named {node.name!r}." for kind, node in unknown]
 
 
 def _literal_problems(field: str, tree: nodes.Template) -> list[str]:

@@ -149,6 +149,7 @@ INJECTIONS = [
     ("{% for i in range(10000000) %}x{% endfor %}", "range() is limited to 1000 items."),
     ("{{ '%999999999d' % 1 }}", "%-formatting is not allowed; use filters."),
     ("{{ '{:>999999999}'.format(1) }}", "Access to 'format' is not allowed."),
+    ('{{ "%c"|format(n) }}', "Template syntax error on line 1: No filter named 'format'."),
     ("{% include 'other' %}", "include is not supported: a template stands alone."),
     ("{{ ((10**1000)**1000)**30 > 0 }}", "The template makes an integer of more than 4096 bits (a power too large)."),
     ("{{ 'ab' * 10**9 }}", "The template makes a value of more than 262144 characters."),

@@ -235,3 +235,16 @@ def test_an_error_detail_is_short_and_printable():
 
 def test_a_template_nested_too_deeply_is_refused_at_save():
     assert check_source("text", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}") == ["The template nests too deeply."]
+
+
+def test_a_filter_or_test_the_sandbox_lacks_is_refused_at_save():
+    """Parsing takes any name; Jinja looks it up when it compiles, or only when an `if`
+    branch runs, so without this the save passed and every send reaching it failed."""
+    refused = "Template syntax error on line 1: No filter named 'format'."
+    assert check_source("text", '{{ "%c"|format(n) }}') == [refused]
+    assert check_source("text", "{% if x %}\n{{ y|upperr }}{% endif %}{% if y is evenn %}{% endif %}") == [
+        "Template syntax error on line 2: No filter named 'upperr'.",
+        "Template syntax error on line 2: No test named 'evenn'.",
+    ]
+    known = "{% filter upper %}{{ y|e|default('-') }}{% endfilter %}{% if y is even %}{% endif %}"
+    assert check_source("html", known) == []

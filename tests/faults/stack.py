@@ -12,14 +12,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+import requests
 from celery import Celery
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
 from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
-from tests.conftest import TERMINAL, make_env
+from tests.conftest import ADMIN_KEY, TERMINAL, bearer, make_env
 
 # Short clocks, so recovery happens within a test's patience.
 FAST_RECOVERY = {
@@ -31,12 +34,14 @@ FAST_RECOVERY = {
 
 
 class Stack(Processes):
-    def __init__(self, tmp_path: Path, database_url: str, provider_url: str, **overrides: str):
+    def __init__(self, tmp_path: Path, database_url: str, provider_url: str | None, **overrides: str):
+        """Email goes to the `fake` provider at `provider_url`; with None, `overrides` say where it goes."""
         self.redis = EmbeddedRedis().start()
         inherited = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+        fake = {"EMAIL_PROVIDER": "fake", "FAKE_PROVIDER_URL": provider_url} if provider_url is not None else {}
         env = {
             **inherited,
-            **make_env(database_url, self.redis.url, EMAIL_PROVIDER="fake", FAKE_PROVIDER_URL=provider_url),
+            **make_env(database_url, self.redis.url, **fake),
             **FAST_RECOVERY,
             "TIDINGS_VAR_DIR": str(tmp_path),
             **overrides,
@@ -57,6 +62,32 @@ class Stack(Processes):
         if self._publisher is not None:
             self._publisher.close()
         self.redis.stop(kill=True)
+
+
+@dataclass(frozen=True)
+class ApiProject:
+    """A project made through a real API process, and a live key of it."""
+
+    id: str
+    key: str
+
+
+def api_project(api: str, name: str = "Faults") -> ApiProject:
+    """A new project and its key, asked of the API at `api` with the admin key, as an operator would."""
+    admin = bearer(ADMIN_KEY)
+    project = requests.post(f"{api}/v1/admin/projects", json={"name": name}, headers=admin, timeout=10).json()
+    key = requests.post(f"{api}/v1/admin/projects/{project['id']}/keys", json={"name": "k"}, headers=admin, timeout=10)
+    return ApiProject(project["id"], key.json()["key"])
+
+
+def coalesced(api: str) -> tuple[float, float]:
+    """(prepare tasks published, messages they carried) by the API's coalescer, so far."""
+    families = {f.name: f for f in text_string_to_metric_families(requests.get(f"{api}/metrics", timeout=10).text)}
+    tasks, messages = (
+        sum(s.value for s in families[f"tidings_{name}"].samples if s.name.endswith("_total"))
+        for name in ("coalesced_tasks", "coalesced_messages")
+    )
+    return tasks, messages
 
 
 def new_project(engine: Engine) -> str:

@@ -11,39 +11,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from tasks.backlog import queue_depths
-from tests.conftest import ADMIN_KEY, bearer, email
-from tests.faults.stack import Stack, assert_ledger_agrees, wait_until_terminal
+from tests.conftest import bearer, email
+from tests.faults.stack import Stack, api_project, assert_ledger_agrees, coalesced, wait_until_terminal
 
 LANE = "prepare.transactional"
 SENDS = 200
 CLIENTS = 8
 
 
-def api_key(api: str) -> str:
-    admin = bearer(ADMIN_KEY)
-    project = requests.post(f"{api}/v1/admin/projects", json={"name": "Coalescing"}, headers=admin, timeout=10).json()
-    return requests.post(
-        f"{api}/v1/admin/projects/{project['id']}/keys", json={"name": "k"}, headers=admin, timeout=10
-    ).json()["key"]
-
-
 def send(api: str, key: str, http: requests.Session | None = None) -> str:
     answer = (http or requests).post(f"{api}/v1/messages", json=email(), headers=bearer(key), timeout=30)
     assert answer.status_code == 202, answer.text
     return answer.json()["id"]
-
-
-def coalesced(api: str) -> tuple[float, float]:
-    """(prepare tasks published, messages they carried) by the API's coalescer, so far."""
-    families = {f.name: f for f in text_string_to_metric_families(requests.get(f"{api}/metrics", timeout=10).text)}
-    tasks, messages = (
-        sum(s.value for s in families[f"tidings_{name}"].samples if s.name.endswith("_total"))
-        for name in ("coalesced_tasks", "coalesced_messages")
-    )
-    return tasks, messages
 
 
 def wait_for_published(api: str, messages: int, timeout: float = 30) -> tuple[float, float]:
@@ -62,7 +43,7 @@ def test_a_burst_of_sends_is_a_few_prepare_tasks(make_stack, provider, engine):
     linger = 2.0
     stack = make_stack(PREPARE_LINGER_MS=str(int(linger * 1000)))
     api = stack.start_api()
-    key = api_key(api)
+    key = api_project(api, "Coalescing").key
 
     def send_many(_: int) -> list[str]:
         with requests.Session() as http:
@@ -88,7 +69,7 @@ def test_a_burst_of_sends_is_a_few_prepare_tasks(make_stack, provider, engine):
 def test_a_graceful_stop_publishes_the_ids_still_waiting(make_stack, provider, engine):
     stack = make_stack(PREPARE_LINGER_MS="10000")
     api = stack.start_api()
-    key = api_key(api)
+    key = api_project(api, "Coalescing").key
     first = send(api, key)
     assert wait_for_published(api, 1) == (1, 1)  # alone on a quiet coalescer: published at once
     waiting = [send(api, key), send(api, key)]

@@ -1,5 +1,6 @@
 """Failover end to end: `fake` (the primary) answers 503s, its circuit opens, email moves to
-`fake2`; when `fake` recovers, a probe after the cool-down brings traffic back."""
+`fake2`; when `fake` recovers, a probe after the cool-down brings traffic back. And the
+webhook channel, whose every message has a tenant's own receiver, never trips on them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import pytest
 from sqlalchemy import text
 
 from app.config import BreakerPolicy
-from app.delivery.breaker import CircuitBreakers
+from app.delivery.breaker import CircuitBreakers, CircuitState
+from app.enums import Channel
 from tasks.celery_app import configure
 from tasks.deliver import deliver
-from tests.conftest import ADMIN_KEY, bearer, email
+from tests.conftest import ADMIN_KEY, WEBHOOK_ENVIRON, ProjectKeys, bearer, create_project, email, rerouted
+from tests.hostile_server import HostileServer
 from tests.provider_server import json_response
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -135,3 +138,30 @@ def test_resuming_a_provider_closes_its_circuit(client, quick_breaker):
     resumed = client.post("/v1/admin/providers/fake/resume", headers=bearer(ADMIN_KEY)).get_json()
     assert resumed["breaker"] == "closed"
     assert resumed["breaker_seconds_left"] is None
+
+
+def ready_webhooks(project: ProjectKeys, url: str, count: int) -> list[str]:
+    """`count` webhook-channel messages to `url`, sent and prepared (no worker delivers them)."""
+    body = {"channel": "webhook", "to": {"url": url}, "content": {"text": "t"}}
+    ids = [project.send(body).get_json()["id"] for _ in range(count)]
+    assert {project.wait_for(i, {"ready", "failed"})["status"] for i in ids} == {"ready"}
+    return ids
+
+
+def test_one_tenants_failing_receivers_never_open_the_webhook_channels_circuit(
+    client, settings, hostile: HostileServer
+):
+    """Each webhook goes to its tenant's own receiver: 30 refused targets in one batch, an
+    error rate that would open any other provider's circuit, say nothing about the channel,
+    so the next project's webhooks still go out."""
+    with rerouted(settings, {Channel.WEBHOOK: ("webhook",)}, **WEBHOOK_ENVIRON):
+        breakers = CircuitBreakers(client.application.extensions["tidings"].redis, settings.breaker)
+        breakers.reset("webhook")
+        refused = ready_webhooks(create_project(client), "https://10.0.0.1/hook", 30)
+        deliver("webhook", refused)
+        assert breakers.states(["webhook"])["webhook"].state is CircuitState.CLOSED
+        project = create_project(client)
+        good = ready_webhooks(project, hostile.url("good"), 3)
+        deliver("webhook", good)
+    assert [project.get(i).get_json()["status"] for i in good] == ["sent"] * 3
+    assert hostile.stats("good").requests == 3
