@@ -57,6 +57,7 @@ from app.content.limits import (
     printable,
 )
 from app.enums import Channel
+from app.schemas.text import UNICODE_LINE_BREAKS
 
 MAX_RANGE = 1000
 MAX_DETAIL = 300
@@ -80,9 +81,10 @@ FORBIDDEN_NAMES = frozenset(
 UNSUPPORTED_TAGS = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 
 # Control characters a rendered field may not contain: tab, newline and carriage return
-# are text; a subject is one header line, so it may not break either.
+# are text; a subject is one header line, so it may not break either, nor hold the line
+# breaks Python's email library also honours (NEL, LINE and PARAGRAPH SEPARATOR).
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-LINE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+LINE_CONTROL = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f{UNICODE_LINE_BREAKS}]")
 ONE_LINE_FIELDS = frozenset({"subject"})
 
 
@@ -110,7 +112,7 @@ def control_character(field: str, text: str) -> str | None:
     if found is None:
         return None
     code = f"U+{ord(found.group()):04X}"
-    if one_line and found.group() in "\r\n":
+    if one_line and found.group() in "\r\n" + UNICODE_LINE_BREAKS:
         return f"a line break ({code}), and a {field} is one line"
     return f"the control character {code}"
 

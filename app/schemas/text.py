@@ -19,7 +19,11 @@ CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # them raw, so an escape is the only way in. A superset (it also matches \u000a, or an escaped
 # backslash before a b), good for skipping the walk on the bodies that have none.
 CONTROL_ESCAPE = re.compile(rb"\\(?:[bf]|u00[01])")
-LINE_BREAK = "Must be one line: no carriage return or line feed."
+LINE_BREAK = "Must be one line: no carriage return, line feed or other line break."
+# Line breaks beyond CR and LF that str.splitlines, and so Python's email library, honours;
+# the C0 ones among them (VT, FF, FS, GS, RS) are control characters, refused everywhere.
+UNICODE_LINE_BREAKS = "\x85\u2028\u2029"
+ONE_LINE = re.compile(f"[\r\n{UNICODE_LINE_BREAKS}]")
 
 
 def control_problem(text: str) -> str | None:
@@ -68,7 +72,7 @@ def put_error(errors: dict[Any, Any], path: tuple[Any, ...], problem: str) -> No
 
 
 class HeaderText(fields.String):
-    """A string that becomes (part of) a header line, or a request line: CR and LF are refused.
+    """A string that becomes (part of) a header line, or a request line: line breaks are refused.
 
     The one type for subjects, addresses and push tokens; `HeaderEmail` and `HeaderUrl` add
     their shape checks to it.
@@ -78,7 +82,7 @@ class HeaderText(fields.String):
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if "\r" in text or "\n" in text:
+        if ONE_LINE.search(text):
             raise self.make_error("line_break")
         return text
 

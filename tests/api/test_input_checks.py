@@ -13,12 +13,12 @@ import pytest
 import requests
 from sqlalchemy import text
 
+from app.schemas.text import LINE_BREAK
 from tests.api.test_errors import assert_error_shape
 from tests.conftest import ADMIN_KEY, bearer, email
 
 CONTROL_PROBLEM = "Contains control character U+{:04X}; only tab, line feed and carriage return may appear."
 NUL = CONTROL_PROBLEM.format(0)
-LINE_BREAK = "Must be one line: no carriage return or line feed."
 
 
 def rows(engine, sql: str, project_id: str) -> int:
@@ -155,6 +155,13 @@ def test_a_body_nested_deeper_than_the_json_parser_follows_is_400(project, engin
             email(subject="a\r\nBcc: x@evil.example"),
             {"content": {"subject": [LINE_BREAK]}},
             id="subject",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/messages",
+            email(subject="a\u2028Bcc: x@evil.example"),
+            {"content": {"subject": [LINE_BREAK]}},
+            id="subject-line-separator",
         ),
         pytest.param(
             "POST", "/v1/messages", email(subject="a\nb"), {"content": {"subject": [LINE_BREAK]}}, id="subject-lf"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from app.schemas.text import LINE_BREAK
 from tests.conftest import create_project
 
 WORDS = {"subject": "Hi {{ name }}", "text": "Welcome, {{ name }}.", "html": "<p>Welcome, {{ name }}.</p>"}
@@ -210,7 +211,7 @@ def test_what_only_shows_at_render_is_a_clear_422_at_preview(project, source, pr
 def test_a_subject_that_breaks_its_line_is_refused_at_save_and_at_preview(project):
     answer = project.call("POST", "/v1/templates", {**WELCOME, "subject": "Hi\n{{ name }}"})
     assert answer.status_code == 422  # the source itself breaks the line: the field's own check
-    assert answer.get_json()["errors"]["json"] == {"subject": ["Must be one line: no carriage return or line feed."]}
+    assert answer.get_json()["errors"]["json"] == {"subject": [LINE_BREAK]}
     answer = project.call("POST", "/v1/templates", {**WELCOME, "subject": 'Hi{{ "\\n" }}{{ name }}'})
     assert answer.status_code == 422  # a printed literal breaks it: the template's check
     assert answer.get_json()["errors"]["json"] == {

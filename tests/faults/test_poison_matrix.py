@@ -150,13 +150,11 @@ POISONS = {
         {"s": "a\r\nBcc: x@evil.example"},
         "render error in subject: not allowed: the output contains a line break (U+000D), and a subject is one line",
     ),
-    # One line to the API's check and the renderer's, several to the email library: only
-    # the SMTP adapter stands between it and a header of its own.
-    "line separator in the subject": Poison(
-        "email",
-        {"content": {"subject": "a\u2028Bcc: x@evil.example", "text": "t"}},
-        "failed",
-        "the message cannot be built: Header values may not contain linefeed or carriage return characters",
+    # Several lines to the email library, as CR/LF are: the API refuses it inline (422).
+    "line separator into the subject": rendered(
+        {"subject": "{{ s }}"},
+        {"s": "a\u2028Bcc: x@evil.example"},
+        "render error in subject: not allowed: the output contains a line break (U+2028), and a subject is one line",
     ),
     "webhook_url that is no string": Poison(
         "webhook",
