@@ -66,6 +66,21 @@ def test_bad_profiles_are_422_and_write_nothing(project):
     assert project.call("GET", "/v1/subscribers/u1").status_code == 404
 
 
+def test_push_tokens_are_one_per_device_and_at_most_20(project):
+    """Each token gets every push message, so each is kept once and the list is bounded."""
+    twice = project.call("PUT", "/v1/subscribers/u1", {"push_tokens": ["phone", "tablet", "phone"]})
+    assert twice.get_json()["push_tokens"] == ["phone", "tablet"]
+    too_many = {"push_tokens": [f"device-{n}" for n in range(21)]}
+    answer = project.call("PUT", "/v1/subscribers/u1", too_many)
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"] == {"json": {"push_tokens": ["At most 20 push tokens, one per device."]}}
+    imported = project.call("POST", "/v1/subscribers/import", {"subscribers": [{"external_id": "u2", **too_many}]})
+    assert imported.get_json()["rejected"] == [
+        {"index": 0, "errors": {"push_tokens": ["At most 20 push tokens, one per device."]}}
+    ]
+    assert project.call("GET", "/v1/subscribers/u1").get_json()["push_tokens"] == ["phone", "tablet"]
+
+
 def test_list_pages_with_a_cursor(project):
     for external_id in ("c", "a", "b"):
         project.call("PUT", f"/v1/subscribers/{external_id}", {})
@@ -191,3 +206,4 @@ def test_erasure_removes_the_subscriber_and_redacts_its_messages(project, engine
         )
     assert [tuple(row) for row in contents] == [(None, None, None, {}, None)] * 3
     assert suppressions == ["ada@example.com"], "a suppression outlives the subscriber"
+
