@@ -207,3 +207,16 @@ def test_erasure_removes_the_subscriber_and_redacts_its_messages(project, engine
     assert [tuple(row) for row in contents] == [(None, None, None, {}, None)] * 3
     assert suppressions == ["ada@example.com"], "a suppression outlives the subscriber"
 
+
+@pytest.mark.usefixtures("worker")
+def test_erasure_redacts_the_tokens_of_its_push_devices(project):
+    project.call("PUT", "/v1/subscribers/u1", {"push_tokens": ["tok-phone", "tok-tablet"]})
+    body = {"channel": "push", "to": {"subscriber_id": "u1"}, "content": {"title": "Hi", "text": "Ada"}}
+    sent = project.wait_for(project.send(body).get_json()["id"])
+    assert [e["data"]["token"] for e in sent["events"] if e["type"] == "device"] == ["tok-phone", "tok-tablet"]
+    assert project.call("DELETE", "/v1/subscribers/u1").status_code == 204
+    message = project.get(sent["id"]).get_json()
+    assert (message["status"], message["to"]) == ("sent", {})
+    devices = [(e["data"]["token"], e["data"]["status"]) for e in message["events"] if e["type"] == "device"]
+    assert devices == [("[erased]", "sent"), ("[erased]", "sent")]
+
