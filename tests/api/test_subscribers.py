@@ -220,3 +220,11 @@ def test_erasure_redacts_the_tokens_of_its_push_devices(project):
     devices = [(e["data"]["token"], e["data"]["status"]) for e in message["events"] if e["type"] == "device"]
     assert devices == [("[erased]", "sent"), ("[erased]", "sent")]
 
+
+def test_openapi_documents_push_devices(client):
+    schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
+    tokens = schemas["Subscriber"]["properties"]["push_tokens"]
+    assert (tokens["type"], tokens["maxItems"]) == ("array", 20)
+    assert tokens["description"].startswith("One per device")
+    assert "`device`" in schemas["Event"]["properties"]["type"]["description"]
+    assert "`token`" in schemas["Event"]["properties"]["data"]["description"]
