@@ -71,12 +71,27 @@ class EventType(StrEnum):
     UNKNOWN = "unknown"
     # A project-level event: an outbound webhook endpoint was switched off (410, or failing for days).
     WEBHOOK_DISABLED = "webhook_disabled"
+    # One device of a push message to a subscriber, and where it stands (app/delivery/device_store.py).
+    DEVICE = "device"
 
 
 # Pipeline steps a customer never needs told: the 202 answer says accepted, and ready and
-# sending are internal. The delivery log, the live stream and webhooks carry every other type.
-INTERNAL_EVENT_TYPES = (EventType.ACCEPTED, EventType.READY, EventType.SENDING)
+# sending are internal; a push message's devices are summed up by its own status. The
+# delivery log, the live stream and webhooks carry every other type.
+INTERNAL_EVENT_TYPES = (EventType.ACCEPTED, EventType.READY, EventType.SENDING, EventType.DEVICE)
 PUBLIC_EVENT_TYPES = tuple(t for t in EventType if t not in INTERNAL_EVENT_TYPES)
+
+
+class DeviceStatus(StrEnum):
+    """Where one device of a push message stands. Pending and retrying devices are sent at
+    the message's next attempt; the others are settled and never sent again."""
+
+    PENDING = "pending"
+    RETRYING = "retrying"
+    SENT = "sent"
+    FAILED = "failed"
+    DEAD = "dead"  # still failing transiently when the message's attempts ran out
+    SUPPRESSED = "suppressed"  # the token is on the project's suppression list
 
 
 class CircuitState(StrEnum):

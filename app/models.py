@@ -34,6 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from app.enums import (
     ACTIVE_STATUSES,
     Channel,
+    DeviceStatus,
     EventType,
     InboxStatus,
     KeyKind,
@@ -249,6 +250,29 @@ class Attachment(Base):
     content_type: Mapped[str] = mapped_column(String(255))
     content: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
+
+
+class PushDelivery(Base):
+    """One device of a push message to a subscriber: the token it had when the message was
+    prepared, and what the provider answered for it.
+
+    A retry goes only to the devices still pending or retrying, so a device that took the
+    message never gets it twice; the message's status sums its devices up. `n` is the token's
+    place in the subscriber's list, which the timeline keeps.
+    """
+
+    __tablename__ = "push_deliveries"
+
+    message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
+    n: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    token: Mapped[str] = mapped_column(Text)
+    status: Mapped[DeviceStatus] = mapped_column(_enum(DeviceStatus), server_default=text("'pending'"))
+    attempts: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    provider_message_id: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    # What the provider's answer led to beyond this device (`token_removed`).
+    follow_up: Mapped[str | None] = mapped_column(String(32))
+    updated_at: Mapped[datetime] = _now()
 
 
 class Event(Base):

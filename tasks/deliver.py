@@ -1,5 +1,6 @@
 """Deliver: wait out pauses and the provider's pace, let its circuit breaker decide, claim,
-send in the adapter's batch size (per account), and finalise the batch in one statement."""
+send in the adapter's batch size (per account; a push message to each of its devices,
+tasks/devices.py), and finalise the batch in one statement."""
 
 from __future__ import annotations
 
@@ -17,18 +18,18 @@ from sqlalchemy import Row
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
 from app.db import enqueue_after_commit, publish, session_scope
-from app.delivery import adapters, dispatch, fairness, fanout, store
+from app.delivery import adapters, device_store, dispatch, fairness, fanout, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.pacing import ProviderPacer
 from app.delivery.pauses import ProviderPauses
 from app.delivery.queues import deliver_queue
-from app.enums import MessageStatus, Priority
+from app.enums import Channel, MessageStatus, Priority
 from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, failover, follow_ups, instrument, isolation
+from tasks import attachments, devices, failover, follow_ups, instrument, isolation
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
 from tasks.shutdown import stopping
 
@@ -137,10 +138,11 @@ def send(
     with session_scope(config.database_url) as session:
         claimed = store.claim(session, provider, ids)
         files = attachments.load(session, claimed)
+        known = device_store.of_messages(session, [row.id for row in claimed if row.channel == Channel.PUSH])
     mine = [row.id for row in claimed]
     deaths.undo(sorted(set(ids) - set(mine)))  # not this run's to count: another run's, or done
     try:
-        return send_claimed(config, client, provider, priority, claimed, files)
+        return send_claimed(config, client, provider, priority, claimed, files, known)
     finally:  # an exception ended the run, not a death: it counts for nothing
         deaths.finish(mine)
 
@@ -152,13 +154,18 @@ def send_claimed(
     priority: str,
     claimed: Sequence[Row],
     files: Mapping[str, Attachment],
+    known: Sequence[Row],
 ) -> list[tuple[Sequence[Row], SendRun]]:
-    """Send what this run claimed, and write each message's fate."""
+    """Send what this run claimed (`known`: the devices of its push messages), and write
+    each message's fate and each device's. Returns what the provider said, per device."""
     if not claimed:
         return []
-    runs = send_by_account(config, client, provider, claimed, files)
-    outcomes = decide_all(config, runs)
+    units = devices.expand(claimed, known)
+    runs = send_by_account(config, client, provider, units, files)
+    folded = devices.fold(runs, claimed, known, config.max_attempts)
+    outcomes = decide_all(config, folded.runs)
     rows = {row.id: row for row in claimed}
+    sent_as = {unit.id: unit for unit in units}
     results = [r for _, run in runs for r in run.results]
     applied: dict[str, dict[str, Any]] = {}
 
@@ -168,8 +175,9 @@ def send_claimed(
         mine = [o for o in outcomes if o.message_id in wanted]
         with session_scope(config.database_url) as session:
             fanout.announce(session, store.finalise(session, mine))
-            done = follow_ups.apply(session, [r for r in results if r.message_id in wanted], rows)
-            store.record_events(session, events_for(mine, rows, done))
+            done = follow_ups.apply(session, [r for r in results if folded.owner.get(r.message_id) in wanted], sent_as)
+            devices.settle(session, folded, wanted, done)
+            store.record_events(session, events_for(mine, rows, {**done, **folded.summaries}))
             for countdown, group in waiting_groups(mine):
                 for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                     enqueue_after_commit(session, signature)

@@ -120,10 +120,11 @@ EVENT_FOR_STATUS: Mapping[MessageStatus, EventType] = {
 def events_for(
     outcomes: Sequence[store.Finalised],
     rows: Mapping[str, Row],
-    follow_ups: Mapping[str, Mapping[str, Any]],
+    extra: Mapping[str, Mapping[str, Any]],
 ) -> list[store.NewEvent]:
-    """Events for the outcomes the message row cannot tell on its own (sent is derived); a
-    failure says which follow-up (suppression, token removal) it led to."""
+    """Events for the outcomes the message row cannot tell on its own (sent is derived), each
+    with the message's `extra`: the follow-up a failure led to (suppression, token removal),
+    and for a push message to several devices how many of them stand where."""
     events = []
     for outcome in outcomes:
         kind = EVENT_FOR_STATUS.get(outcome.status)
@@ -133,6 +134,6 @@ def events_for(
         data: dict[str, Any] = {"attempt": row.attempts, "reason": outcome.error}
         if outcome.next_attempt_at is not None:
             data["next_attempt_at"] = outcome.next_attempt_at.isoformat()
-        data.update(follow_ups.get(outcome.message_id, {}))
+        data.update(extra.get(outcome.message_id, {}))
         events.append(store.NewEvent(outcome.message_id, row.project_id, kind, data))
     return events

@@ -7,7 +7,10 @@ per message, in this order:
 
 1. no address for the channel        → failed
 2. address suppressed                 → suppressed (required categories too: the address
-                                        bounced, complained or asked not to be contacted)
+                                        bounced, complained or asked not to be contacted);
+                                        a push to a subscriber goes to each of its tokens
+                                        not suppressed, and is suppressed when all are
+                                        (tasks/devices.py)
 3. a preference turns it off          → skipped (never for a required category)
 4. inside the subscriber's quiet hours → scheduled until the window ends (not for
                                         required categories nor `bypass_quiet_hours`)
@@ -36,7 +39,7 @@ from app.content.addresses import normalise_address
 from app.content.rendering import RenderError, as_content, render_version
 from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
 from app.db import enqueue_after_commit, publish, session_scope
-from app.delivery import dispatch, fairness, fanout, prepare_store, store
+from app.delivery import device_store, dispatch, fairness, fanout, prepare_store, store
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.policy import ProjectRules, held_until, opted_out
@@ -44,7 +47,7 @@ from app.delivery.prepare_store import Plan, Rendered
 from app.delivery.queues import prepare_queue
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
-from tasks import instrument, isolation, routing
+from tasks import devices, instrument, isolation, routing
 
 
 @celery_app.task(name="tidings.prepare")
@@ -94,10 +97,13 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
         circuits = CircuitBreakers(redis_for(config.redis_url), config.breaker).states(routing.fallible(config.chains))
         routes = routing.choose(config.chains, circuits)
         addresses = {row.id: resolve_address(row) for row in rows}
+        tokens = {row.id: found for row in rows if (found := devices.tokens_of(row))}  # push to every device
         suppressed = prepare_store.active_suppressions(
             session,
-            {(row.project_id, row.channel, address) for row in rows if (address := addresses[row.id])},
+            {(row.project_id, row.channel, address) for row in rows if (address := addresses[row.id])}
+            | {(row.project_id, row.channel, token) for row in rows for token in tokens.get(row.id, ())},
         )
+        addresses.update(devices.addresses(rows, tokens, suppressed))
         versions = {
             (t.project_id, t.key, t.version): t
             for t in prepare_store.template_versions(
@@ -117,6 +123,7 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
         prepare_store.mark_ready(
             session, [r[0] for r in plan.ready], [r[1] for r in plan.ready], [r[3] for r in plan.ready]
         )
+        device_store.start(session, devices.new_devices([r[0] for r in plan.ready], projects, tokens, suppressed))
         store.record_events(session, plan.events)
         fanout.announce(session, prepare_store.to_inbox(session, plan.inbox))
         ready = [
@@ -209,7 +216,7 @@ def subscriber_address(row: Row) -> Any:
         case Channel.SMS:
             return row.phone
         case Channel.PUSH:
-            return row.push_tokens[0] if row.push_tokens else None
+            return next(iter(devices.tokens_of(row)), None)  # the first; tasks/devices.py sends to each
         case Channel.WEBHOOK:
             return (row.subscriber_data or {}).get("webhook_url")
         case Channel.IN_APP:

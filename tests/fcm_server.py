@@ -7,6 +7,8 @@ Shared by the adapter's tests and the pipeline's, which send through FCM end to 
 from __future__ import annotations
 
 import json
+import threading
+from collections import Counter
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -62,3 +64,36 @@ def fcm_error(status: int, code: str, fcm_code: str | None = None) -> Response:
         }
     }
     return Response(json.dumps(body), status, content_type="application/json")
+
+
+class FcmDevices:
+    """FCM's send endpoint as the devices see it: every request counted by its token, a
+    repeat counted like any other (never forgiven as a retry), and answers scripted per token
+    (`answer`), each used once; a token with none left is sent (200 with a message name)."""
+
+    def __init__(self, httpserver: HTTPServer):
+        self.requests: Counter[str] = Counter()
+        self.order: list[str] = []
+        self._script: dict[str, list[Response]] = {}
+        self._lock = threading.Lock()
+        httpserver.expect_request(SEND, method="POST").respond_with_handler(self._send)
+
+    def answer(self, token: str, *answers: Response) -> None:
+        """The next answers for `token`, in order."""
+        with self._lock:
+            self._script.setdefault(token, []).extend(answers)
+
+    def name(self, token: str, n: int) -> str:
+        """The message name FCM gives the `n`th delivery (from 1) to `token`."""
+        return f"projects/{PROJECT}/messages/{token}-{n}"
+
+    def _send(self, request: Request) -> Response:
+        token = request.get_json()["message"]["token"]
+        with self._lock:
+            self.requests[token] += 1
+            self.order.append(token)
+            scripted = self._script.get(token)
+            if scripted:
+                return scripted.pop(0)
+            body = {"name": self.name(token, self.requests[token])}
+        return Response(json.dumps(body), 200, content_type="application/json")

@@ -16,6 +16,7 @@ from app.schemas.times import UtcDateTime
 EXTERNAL_ID = validate.Length(1, 255)
 TEMPLATE_KEY = validate.Regexp(r"^[A-Za-z0-9_.-]{1,128}$", error="Use 1 to 128 of A-Z, a-z, 0-9, _ . and -.")
 MAX_PUSH_TOKENS = 20
+TOO_MANY_TOKENS = f"At most {MAX_PUSH_TOKENS} push tokens, one per device."
 MAX_IMPORT = 10_000
 
 
@@ -43,6 +44,13 @@ class SubscriberData(fields.Dict):
         return loaded
 
 
+class PushTokens(fields.List):
+    """A subscriber's devices, each once: a device listed twice would get every push twice."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:
+        return list(dict.fromkeys(super()._deserialize(value, attr, data, **kwargs)))
+
+
 class SubscriberSchema(Schema):
     """A subscriber's profile; PUT and import replace it whole (preferences are kept apart)."""
 
@@ -52,10 +60,16 @@ class SubscriberSchema(Schema):
         load_default=None,
         validate=validate.Regexp(E164, error="Not a valid E.164 phone number."),
     )
-    push_tokens = fields.List(
+    push_tokens = PushTokens(
         HeaderText(validate=validate.Length(1, 4096)),
         load_default=list,
-        validate=validate.Length(max=MAX_PUSH_TOKENS),
+        # Each device is a provider call per push message: the bound keeps one message's work small.
+        validate=validate.Length(max=MAX_PUSH_TOKENS, error=TOO_MANY_TOKENS),
+        metadata={
+            "description": f"One per device, at most {MAX_PUSH_TOKENS}: a push message to the subscriber goes "
+            "to each. A token given twice is kept once.",
+            "example": ["fcm-token-of-the-phone", "fcm-token-of-the-tablet"],
+        },
     )
     locale = locale_field(allow_none=True, load_default=None)
     timezone = fields.String(allow_none=True, load_default=None, metadata={"example": "Europe/Berlin"})

@@ -291,9 +291,25 @@ class MessageQuerySchema(Schema):
 
 
 class EventSchema(Schema):
-    type = fields.String()
+    """One step of a message's timeline."""
+
+    type = fields.String(
+        metadata={
+            "description": "A step the message passed through, or `device`: one entry per device of a push "
+            "message to a subscriber, where it stands now (timeline only: never in the delivery log or webhooks).",
+            "example": "device",
+        }
+    )
     at = fields.DateTime()
-    data = fields.Dict()
+    data = fields.Dict(
+        metadata={
+            "description": "For `device`: `token`, `status` (pending, retrying, sent, failed, dead, "
+            "suppressed), `attempts`, and what the provider last said: `provider_message_id`, `error`, "
+            "`follow_up` (`token_removed`). A push message's `retrying`, `failed` and `dead` add "
+            "`devices`: how many of its devices stand where.",
+            "example": {"token": "fcm-token-of-the-tablet", "status": "sent", "attempts": 1},
+        }
+    )
 
 
 class LinkClicksSchema(Schema):
@@ -312,9 +328,15 @@ class EngagementSchema(Schema):
 class MessageSchema(Schema):
     id = fields.String()
     channel = fields.String()
-    to = fields.Dict()
+    to = fields.Dict(metadata={"description": "A push message to a subscriber names its first device here."})
     subscriber_id = fields.String(allow_none=True)
-    status = fields.String()
+    status = fields.String(
+        metadata={
+            "description": "A push message to a subscriber sums up its devices: `retrying` while any device "
+            "waits for a retry (even when another took it), then `sent` if any device took it, `failed` if "
+            "every device was refused, `dead` if none took it when the attempts ran out."
+        }
+    )
     priority = fields.String()
     category = fields.String(allow_none=True)
     template = fields.String(allow_none=True)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import Row, func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.auth import Caller
-from app.delivery import coalescer, store
+from app.delivery import coalescer, device_store, store
 from app.delivery.event_log import sent_data
 from app.enums import Channel, EventType, MessageStatus
 from app.errors import abort, field_error, uuid_or_404
@@ -102,10 +103,12 @@ def get_message(db: sessionmaker[Session], project_id: str, message_id: str) -> 
         ).first()
         if found is None:
             abort(404, f"No message {message_id!r}.")
+        message, meta = found
         stored = session.scalars(select(Event).where(Event.message_id == key).order_by(Event.at, Event.id)).all()
+        devices = device_store.of_messages(session, [str(key)]) if message.channel is Channel.PUSH else []
         tracked = engagement.summary(session, key)
-    message, meta = found
-    return {**message_view(message, meta), "events": timeline(message, list(stored)), "engagement": tracked}
+    events = timeline(message, list(stored), devices)
+    return {**message_view(message, meta), "events": events, "engagement": tracked}
 
 
 def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str, Any]) -> dict[str, Any]:
@@ -197,11 +200,14 @@ def message_view(message: Message, meta: dict[str, Any] | None) -> dict[str, Any
     }
 
 
-def timeline(message: Message, stored: list[Event]) -> list[dict[str, Any]]:
+def timeline(message: Message, stored: list[Event], devices: Sequence[Row] = ()) -> list[dict[str, Any]]:
     """Every status the message passed through, oldest first.
 
     The happy path is read off the message's own timestamps, so a delivered message costs
-    no event rows; stored events add what a row cannot tell (failures, retries, …).
+    no event rows; stored events add what a row cannot tell (failures, retries, …). A push
+    message to a subscriber adds a `device` entry per token, where it stands now, read off
+    its row (app/delivery/device_store.py): listed before a step of the same moment, since
+    the message's `sent` or `retrying` sums them up.
     """
     test = {"test": True} if message.test else {}
     was_scheduled = message.scheduled_at is not None and message.scheduled_at > message.created_at
@@ -209,9 +215,17 @@ def timeline(message: Message, stored: list[Event]) -> list[dict[str, Any]]:
         (message.created_at, EventType.SCHEDULED if was_scheduled else EventType.ACCEPTED, dict(test)),
         (message.ready_at, EventType.READY, {}),
         (message.claimed_at, EventType.SENDING, {"attempt": message.attempts}),
+        *((device.updated_at, EventType.DEVICE, device_view(device)) for device in devices),
         (message.sent_at, EventType.SENT, sent_data(message.provider, message.provider_message_id, message.test)),
     ]
     entries = [(at, kind.value, data) for at, kind, data in derived if at is not None]
     entries += [(event.at, event.type.value, event.data) for event in stored]
     entries.sort(key=lambda entry: entry[0])
     return [{"type": kind, "at": at, "data": data} for at, kind, data in entries]
+
+
+def device_view(device: Row) -> dict[str, Any]:
+    """One device's entry: its token, status and attempts, and what the provider last said."""
+    view = {"token": device.token, "status": device.status, "attempts": device.attempts}
+    extra = {"provider_message_id": device.provider_message_id, "error": device.error, "follow_up": device.follow_up}
+    return view | {name: value for name, value in extra.items() if value is not None}

@@ -116,9 +116,10 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
 
     Kept: message ids, subscriber id, channel, status, timestamps, provider ids, metadata
     and events. Gone: the subscriber row, each message's address (also wherever an error
-    text or event echoes it) and content (subject, text, html, data, payload), and its inbox.
-    Messages not yet claimed are cancelled: they have nowhere to go. Suppressions stay, so an
-    address that bounced or unsubscribed is not contacted again if it comes back.
+    text or event echoes it), its push devices' tokens, its content (subject, text, html,
+    data, payload), and its inbox. Messages not yet claimed are cancelled: they have nowhere
+    to go. Suppressions stay, so an address that bounced or unsubscribed is not contacted
+    again if it comes back.
     """
     scope = {"project": project_id, "subscriber": external_id}
     mine = "m.project_id = :project AND m.subscriber_id = :subscriber"
@@ -149,6 +150,15 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
                 UPDATE events e SET data = replace(e.data::text, m.to_address, :erased)::jsonb
                 FROM messages m
                 WHERE e.message_id = m.id AND {mine} AND m.to_address IS NOT NULL
+                """
+            ),
+            {**scope, "erased": ERASED},
+        )
+        session.execute(
+            text(
+                f"""
+                UPDATE push_deliveries d SET token = :erased, error = replace(d.error, d.token, :erased)
+                FROM messages m WHERE d.message_id = m.id AND {mine}
                 """
             ),
             {**scope, "erased": ERASED},

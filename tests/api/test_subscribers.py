@@ -66,6 +66,21 @@ def test_bad_profiles_are_422_and_write_nothing(project):
     assert project.call("GET", "/v1/subscribers/u1").status_code == 404
 
 
+def test_push_tokens_are_one_per_device_and_at_most_20(project):
+    """Each token gets every push message, so each is kept once and the list is bounded."""
+    twice = project.call("PUT", "/v1/subscribers/u1", {"push_tokens": ["phone", "tablet", "phone"]})
+    assert twice.get_json()["push_tokens"] == ["phone", "tablet"]
+    too_many = {"push_tokens": [f"device-{n}" for n in range(21)]}
+    answer = project.call("PUT", "/v1/subscribers/u1", too_many)
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"] == {"json": {"push_tokens": ["At most 20 push tokens, one per device."]}}
+    imported = project.call("POST", "/v1/subscribers/import", {"subscribers": [{"external_id": "u2", **too_many}]})
+    assert imported.get_json()["rejected"] == [
+        {"index": 0, "errors": {"push_tokens": ["At most 20 push tokens, one per device."]}}
+    ]
+    assert project.call("GET", "/v1/subscribers/u1").get_json()["push_tokens"] == ["phone", "tablet"]
+
+
 def test_list_pages_with_a_cursor(project):
     for external_id in ("c", "a", "b"):
         project.call("PUT", f"/v1/subscribers/{external_id}", {})
@@ -191,3 +206,25 @@ def test_erasure_removes_the_subscriber_and_redacts_its_messages(project, engine
         )
     assert [tuple(row) for row in contents] == [(None, None, None, {}, None)] * 3
     assert suppressions == ["ada@example.com"], "a suppression outlives the subscriber"
+
+
+@pytest.mark.usefixtures("worker")
+def test_erasure_redacts_the_tokens_of_its_push_devices(project):
+    project.call("PUT", "/v1/subscribers/u1", {"push_tokens": ["tok-phone", "tok-tablet"]})
+    body = {"channel": "push", "to": {"subscriber_id": "u1"}, "content": {"title": "Hi", "text": "Ada"}}
+    sent = project.wait_for(project.send(body).get_json()["id"])
+    assert [e["data"]["token"] for e in sent["events"] if e["type"] == "device"] == ["tok-phone", "tok-tablet"]
+    assert project.call("DELETE", "/v1/subscribers/u1").status_code == 204
+    message = project.get(sent["id"]).get_json()
+    assert (message["status"], message["to"]) == ("sent", {})
+    devices = [(e["data"]["token"], e["data"]["status"]) for e in message["events"] if e["type"] == "device"]
+    assert devices == [("[erased]", "sent"), ("[erased]", "sent")]
+
+
+def test_openapi_documents_push_devices(client):
+    schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
+    tokens = schemas["Subscriber"]["properties"]["push_tokens"]
+    assert (tokens["type"], tokens["maxItems"]) == ("array", 20)
+    assert tokens["description"].startswith("One per device")
+    assert "`device`" in schemas["Event"]["properties"]["type"]["description"]
+    assert "`token`" in schemas["Event"]["properties"]["data"]["description"]

@@ -106,11 +106,13 @@ def test_an_sms_stop_is_suppressed_as_an_unsubscribe(project, httpserver, real_p
 def test_an_unregistered_push_token_is_removed_from_its_subscriber(project, httpserver, real_providers):
     sent: list[dict] = []
 
-    def unregistered(request: Request) -> Response:
+    def answer(request: Request) -> Response:
         sent.append(request.get_json())
-        return fcm_error(404, "NOT_FOUND", "UNREGISTERED")
+        if request.get_json()["message"]["token"] == "token-old":
+            return fcm_error(404, "NOT_FOUND", "UNREGISTERED")
+        return Response(json.dumps({"name": "projects/p/messages/1"}), 200, content_type="application/json")
 
-    httpserver.expect_request(SEND, method="POST").respond_with_handler(unregistered)
+    httpserver.expect_request(SEND, method="POST").respond_with_handler(answer)
     template = {
         "key": "order",
         "channel": "push",
@@ -124,19 +126,21 @@ def test_an_unregistered_push_token_is_removed_from_its_subscriber(project, http
     body = {"channel": "push", "to": {"subscriber_id": "u1"}, "template": "order", "data": {"n": 17}}
     message_id = prepared(project, body)
     deliver("fcm", [message_id])
-    # The adapter got the template's data (push data travels as strings).
+    # Every device got the template's data (push data travels as strings).
     assert sent == [
         {
             "message": {
-                "token": "token-old",
+                "token": token,
                 "notification": {"title": "Order 17", "body": "On its way"},
                 "data": {"n": "17"},
             }
         }
+        for token in tokens["push_tokens"]
     ]
     message = project.get(message_id).get_json()
-    assert message["status"] == "failed"
-    assert message["events"][-1]["data"]["follow_up"] == "token_removed"
+    assert message["status"] == "sent"
+    removed = [e["data"]["token"] for e in message["events"] if e["data"].get("follow_up") == "token_removed"]
+    assert removed == ["token-old"]
     subscriber = project.call("GET", "/v1/subscribers/u1").get_json()
     assert subscriber["push_tokens"] == ["token-new", "token-tablet"]
 
