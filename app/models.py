@@ -215,6 +215,15 @@ class Batch(Base):
 
 class MessageContent(Base):
     __tablename__ = "message_contents"
+    __table_args__ = (
+        # Which messages still name a file: retention deletes the files none names any more.
+        Index(
+            "ix_message_contents_attachment_ids",
+            "attachment_ids",
+            postgresql_using="gin",
+            postgresql_where=text("attachment_ids IS NOT NULL"),
+        ),
+    )
 
     message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
     subject: Mapped[str | None] = mapped_column(Text)
@@ -226,9 +235,12 @@ class MessageContent(Base):
     locale: Mapped[str | None] = mapped_column(String(35))
     # Rendered structured content beside the text: a push notification's data.
     payload: Mapped[dict[str, Any] | None]
-    # What an email relayed over SMTP brings besides its words: where replies go, the Cc
-    # header to show (never to send to), headers kept as they came (Message-ID, threading,
-    # List-Unsubscribe) and its files, stored once in `attachments` for all its recipients.
+    # What an email brings besides its words (relayed over SMTP, or an API send's extras):
+    # its sender (None: the provider's EMAIL_FROM), where replies go, the Cc header to show
+    # (never to send to: each of its addresses has a message of its own), headers kept as
+    # they came (Message-ID, threading, List-Unsubscribe) or given, and its files, stored
+    # once in `attachments` for all its recipients.
+    from_address: Mapped[str | None] = mapped_column(Text)
     reply_to: Mapped[str | None] = mapped_column(Text)
     cc: Mapped[str | None] = mapped_column(Text)
     headers: Mapped[dict[str, Any] | None]
@@ -315,6 +327,8 @@ class Template(Base):
     variants: Mapped[dict[str, Any]]
     # Email only: {"opens": bool, "clicks": bool} overriding the project's tracking switches.
     tracking: Mapped[dict[str, Any] | None]
+    # Email only: {"from": {"email", "name"}, "reply_to": [...]}, what a send gives none of.
+    sender: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = _now()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -456,6 +457,27 @@ def send_groups(
             results.extend(SendResult.from_error(m.message_id, error) for m in untried)
             break
     return results
+
+
+# What a display name must be quoted for (RFC 5322 specials), as email.utils has it.
+SPECIALS = re.compile(r'[][\\()<>@,:;".]')
+
+
+def display_address(name: str | None, address: str) -> str:
+    """`Name <address>`, the name quoted where RFC 5322 needs it (as `email.utils.formataddr`
+    does) but never encoded: JSON APIs take UTF-8, and the SMTP adapter's email library
+    encodes the header itself."""
+    if not name:
+        return address
+    if SPECIALS.search(name):
+        name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{name} <{address}>"
+
+
+def addresses(header: str) -> list[str]:
+    """Each address of an address header (`a@x.example, Bo <b@y.example>`), for the APIs that
+    take a list where SMTP takes one header."""
+    return [display_address(name, address) for name, address in email.utils.getaddresses([header]) if address]
 
 
 def one_by_one(batch: Sequence[Outbound]) -> list[list[Outbound]]:

@@ -24,6 +24,7 @@ from providers.base import (
     RateLimited,
     SendResult,
     TransientError,
+    addresses,
     attachments_alone,
     error_for_status,
     error_from_table,
@@ -128,7 +129,7 @@ class ResendProvider:
         optional = {
             "text": message.text,
             "html": message.html,
-            "reply_to": message.reply_to,
+            "reply_to": addresses(message.reply_to) if message.reply_to else None,
             "headers": dict(message.headers) or None,
             "attachments": [
                 {"filename": a.filename, "content": a.content, "content_type": a.content_type}

@@ -25,6 +25,7 @@ from providers.base import (
     PermanentError,
     ProviderError,
     SendResult,
+    addresses,
     error_for_status,
     http_client,
     json_body,
@@ -119,8 +120,11 @@ class SendGridProvider:
             "from": address(first.from_address or self.sender),
             "content": content,
         }
-        if first.reply_to:
-            request["reply_to"] = address(first.reply_to)
+        replies = [address(a) for a in addresses(first.reply_to or "")]
+        if len(replies) == 1:
+            request["reply_to"] = replies[0]
+        elif replies:
+            request["reply_to_list"] = replies  # SendGrid takes several only here
         if first.attachments:
             # Attachments belong to the request, so recipients of one file share one upload.
             request["attachments"] = [

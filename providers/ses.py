@@ -3,7 +3,8 @@
 Requests are signed with botocore's SigV4 signer (install `tidings[ses]`), and sent through
 our own HTTP client like every other adapter. Credentials come from AWS_ACCESS_KEY_ID /
 AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN) when set, otherwise from botocore's usual chain
-(shared config, instance or task role), refreshed as botocore refreshes them.
+(shared config, instance or task role), refreshed as botocore refreshes them. Files go in
+the simple message's `Attachments`, their base64 as `RawContent`, as stored.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from providers.base import (
     ProviderError,
     RateLimited,
     SendResult,
+    addresses,
     error_for_status,
     error_from_table,
     http_client,
@@ -97,6 +99,7 @@ class SesProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 1
     idempotent: bool = False  # SES takes no idempotency key
+    attachments: ClassVar[bool] = True
     account_settings: ClassVar[tuple[str, ...]] = (
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
@@ -152,6 +155,17 @@ class SesProvider:
         }
         if message.headers:
             simple["Headers"] = [{"Name": k, "Value": v} for k, v in message.headers.items()]
+        if message.attachments:
+            simple["Attachments"] = [
+                {
+                    "FileName": a.filename,
+                    "ContentType": a.content_type,
+                    "RawContent": a.content,
+                    "ContentDisposition": "ATTACHMENT",
+                    "ContentTransferEncoding": "BASE64",
+                }
+                for a in message.attachments
+            ]
         request: dict[str, Any] = {
             "FromEmailAddress": message.from_address or self.sender,
             "Destination": {"ToAddresses": [message.to]},
@@ -160,7 +174,7 @@ class SesProvider:
             "EmailTags": [{"Name": MESSAGE_ID_TAG, "Value": message.message_id}],
         }
         if message.reply_to:
-            request["ReplyToAddresses"] = [message.reply_to]
+            request["ReplyToAddresses"] = addresses(message.reply_to)
         if self.configuration_set:
             request["ConfigurationSetName"] = self.configuration_set
         return request

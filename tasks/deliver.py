@@ -290,6 +290,7 @@ def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
         html=row.html,
         metadata=row.metadata or {},
         data=row.payload,
+        from_address=row.from_address,
         reply_to=row.reply_to,
         headers=row.headers or {},
         cc=row.cc,

@@ -26,6 +26,8 @@ def purge_expired() -> dict[str, int]:
         tally.count("retention_deleted", deleted, project=project)
     tally.flush(redis_for(config.redis_url))
     logger.info(
-        "retention deleted %d messages", report.total, extra={"deleted": report.deleted, "finished": report.finished}
+        "retention deleted %d messages",
+        report.total,
+        extra={"deleted": report.deleted, "files": report.files, "finished": report.finished},
     )
     return report.deleted

@@ -8,7 +8,7 @@ from flask import g
 
 from app.api import idempotency
 from app.api.context import context
-from app.api.project import project_blueprint
+from app.api.project import large_body_with, project_blueprint
 from app.observability import logs
 from app.schemas.core import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
@@ -20,8 +20,13 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 @blp.arguments(SendSchema)
 @blp.response(202, AcceptedSchema)
 @blp.alt_response(409)
+@large_body_with("attachments")
 def send(data: dict[str, Any]):
-    """Send one notification. Same Idempotency-Key and body → the original answer."""
+    """Send one notification. Same Idempotency-Key and body → the original answer.
+
+    Bodies up to 1 MiB, or 16 MiB with attachments. cc and bcc addresses each get a message
+    of their own, listed in `copies`.
+    """
     key = idempotency.key_from_request()
     accepted = messages.accept(context().db, g.caller, data, idempotency.guarded_body(key), key)
     logs.bind(message_id=accepted.body["id"])

@@ -139,7 +139,8 @@ def inline_html(session: Session, ids: Sequence[str]) -> dict[str, str]:
 
 def write_content(session: Session, rendered: Sequence[Rendered]) -> None:
     """Store what templates rendered and tracking added, where deliver's claim reads content
-    from. A field left None keeps what is stored (inline content that only gains headers)."""
+    from. A field left None keeps what is stored (inline content that only gains headers);
+    headers are added to those the message came with (List-Unsubscribe replacing its own)."""
     if not rendered:
         return
     session.execute(
@@ -147,7 +148,8 @@ def write_content(session: Session, rendered: Sequence[Rendered]) -> None:
             """
             UPDATE message_contents c
             SET subject = COALESCE(v.subject, c.subject), text = COALESCE(v.text, c.text),
-                html = COALESCE(v.html, c.html), payload = COALESCE(v.payload, c.payload), headers = v.headers
+                html = COALESCE(v.html, c.html), payload = COALESCE(v.payload, c.payload),
+                headers = CASE WHEN v.headers IS NULL THEN c.headers ELSE COALESCE(c.headers, '{}') || v.headers END
             FROM unnest(CAST(:ids AS uuid[]), CAST(:subjects AS text[]), CAST(:texts AS text[]),
                         CAST(:htmls AS text[]), CAST(:payloads AS jsonb[]), CAST(:headers AS jsonb[]))
                  AS v(id, subject, text, html, payload, headers)

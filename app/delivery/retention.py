@@ -6,12 +6,19 @@ takes row locks only (SKIP LOCKED: a row somebody holds waits for the next run),
 table is ever locked and the pipeline never waits behind it. Active messages (scheduled,
 accepted, ready, sending, retrying) are never deleted, however old. The rollup trigger
 sees the deletes, so the digest's counts shrink with the table.
+
+Files (`attachments`) are shared by the messages of one send, so they go once no message
+names them any more: after a project's messages, its files past the same days that no
+content row lists, found through the GIN index on `attachment_ids`. A file is as old as
+its messages (written in their transaction), so one that a waiting message still names is
+kept with it, and one left behind by any earlier run is found by the next.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,12 +34,29 @@ _OLD_AND_FINISHED = f"""
     AND m.status NOT IN ({", ".join(f"'{s.value}'" for s in ACTIVE_STATUSES)})
 """
 
+# Oldest first along (project_id, created_at); content and events go by ON DELETE CASCADE.
+_DELETE_MESSAGES = f"""
+    DELETE FROM messages WHERE id IN (
+        SELECT m.id FROM messages m WHERE {_OLD_AND_FINISHED}
+        ORDER BY m.created_at LIMIT :batch FOR UPDATE SKIP LOCKED)
+"""
+
+_DELETE_UNNAMED_FILES = """
+    DELETE FROM attachments WHERE id IN (
+        SELECT a.id FROM attachments a
+        WHERE a.project_id = :project AND a.created_at < now() - make_interval(days => :days)
+          AND NOT EXISTS (SELECT FROM message_contents c WHERE c.attachment_ids @> ARRAY[a.id])
+        LIMIT :batch FOR UPDATE SKIP LOCKED)
+"""
+
 
 @dataclass
 class PurgeReport:
-    """Messages deleted (or, on a dry run, that would be) per project, and whether time ran out."""
+    """Messages deleted (or, on a dry run, that would be) and files deleted, per project, and
+    whether time ran out."""
 
     deleted: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
     finished: bool = True
 
     @property
@@ -51,23 +75,30 @@ def purge(
     deadline = time.monotonic() + max_seconds
     report = PurgeReport()
     for project_id, days in _retention_days(db, project):
-        deleted = 0
-        while True:
-            if time.monotonic() > deadline:
-                report.finished = False
-                break
-            with db.begin() as session:
-                if dry_run:
-                    deleted = _count(session, project_id, days)
-                    break
-                moved = _delete_batch(session, project_id, days, batch)
-            deleted += moved
-            if moved < batch:
-                break
-        report.deleted[project_id] = deleted
+        if dry_run:
+            with db() as session:
+                report.deleted[project_id] = _count(session, project_id, days)
+            continue
+        params = {"project": project_id, "days": days, "batch": batch}
+        report.deleted[project_id], report.finished = _in_batches(db, _DELETE_MESSAGES, params, deadline)
+        if report.finished:
+            report.files[project_id], report.finished = _in_batches(db, _DELETE_UNNAMED_FILES, params, deadline)
         if not report.finished:
             break
     return report
+
+
+def _in_batches(db: sessionmaker[Session], statement: str, params: dict[str, Any], deadline: float) -> tuple[int, bool]:
+    """Run a DELETE of up to `batch` rows, each run its own transaction, until one deletes
+    fewer or the deadline passes; the rows deleted, and whether it got to the end."""
+    deleted = 0
+    while time.monotonic() <= deadline:
+        with db.begin() as session:
+            moved = session.execute(text(statement), params).rowcount
+        deleted += moved
+        if moved < params["batch"]:
+            return deleted, True
+    return deleted, False
 
 
 def _retention_days(db: sessionmaker[Session], project: str | None) -> list[tuple[str, int]]:
@@ -82,20 +113,6 @@ def _retention_days(db: sessionmaker[Session], project: str | None) -> list[tupl
             {"project": project, "default": DEFAULT_RETENTION_DAYS},
         ).all()
     return [(row.id, row.days) for row in rows]
-
-
-def _delete_batch(session: Session, project: str, days: int, batch: int) -> int:
-    """Oldest first along (project_id, created_at); content and events go by ON DELETE CASCADE."""
-    return session.execute(
-        text(
-            f"""
-            DELETE FROM messages WHERE id IN (
-                SELECT m.id FROM messages m WHERE {_OLD_AND_FINISHED}
-                ORDER BY m.created_at LIMIT :batch FOR UPDATE SKIP LOCKED)
-            """
-        ),
-        {"project": project, "days": days, "batch": batch},
-    ).rowcount
 
 
 def _count(session: Session, project: str, days: int) -> int:

@@ -67,7 +67,7 @@ def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
               AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
             RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
                       m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
-                      c.headers, c.attachment_ids::text[] AS attachment_ids,
+                      c.headers, c.from_address, c.attachment_ids::text[] AS attachment_ids,
                       (SELECT a.updated_at FROM project_providers a
                        WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
                       CASE WHEN m.channel = 'webhook' THEN

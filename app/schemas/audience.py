@@ -10,6 +10,7 @@ from app.delivery.policy import is_time_zone
 from app.enums import Channel, SuppressionReason
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.core import E164, MAX_TEXT, QuietHoursSchema, category_switches, channel_switches, locale_field
+from app.schemas.email import MAX_REPLY_TO, SenderSchema, address_list
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 from app.schemas.times import UtcDateTime
 
@@ -177,13 +178,29 @@ class TemplateTrackingSchema(Schema):
     clicks = fields.Boolean(allow_none=True)
 
 
-class TemplateCreateSchema(TemplateContentSchema):
+class TemplateSenderSchema(Schema):
+    """Email only: who its messages are from and where replies go, unless a send says otherwise."""
+
+    sender = fields.Nested(
+        SenderSchema,
+        data_key="from",
+        allow_none=True,
+        metadata={
+            "description": "One of the project's verified senders; null: none. Kept from the last version if absent."
+        },
+    )
+    reply_to = address_list(
+        MAX_REPLY_TO, "null: none. Kept from the last version if absent.", "help@acme.example", allow_none=True
+    )
+
+
+class TemplateCreateSchema(TemplateContentSchema, TemplateSenderSchema):
     key = fields.String(required=True, validate=TEMPLATE_KEY)
     channel = fields.Enum(Channel, by_value=True, required=True)
     tracking = fields.Nested(TemplateTrackingSchema)
 
 
-class TemplateUpdateSchema(TemplateContentSchema):
+class TemplateUpdateSchema(TemplateContentSchema, TemplateSenderSchema):
     channel = fields.Enum(Channel, by_value=True, metadata={"description": "Optional; must not change."})
     tracking = fields.Nested(TemplateTrackingSchema, metadata={"description": "Kept from the last version if absent."})
 
@@ -203,6 +220,8 @@ class TemplateFieldsSchema(Schema):
 
 class TemplateSchema(TemplateFieldsSchema):
     tracking = fields.Nested(TemplateTrackingSchema, allow_none=True)
+    sender = fields.Nested(SenderSchema, data_key="from", allow_none=True)
+    reply_to = fields.List(fields.String(), allow_none=True)
     key = fields.String()
     channel = fields.String()
     version = fields.Integer()

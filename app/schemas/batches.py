@@ -50,6 +50,11 @@ class BatchAcceptedSchema(Schema):
     batch_id = fields.String()
     accepted = fields.Integer(metadata={"description": "Messages created, one per valid recipient."})
     rejected = fields.List(fields.Nested(RejectedRowSchema), metadata={"description": "The rows refused."})
+    copies = fields.Integer(
+        metadata={
+            "description": "With cc or bcc only: the messages made for them, one per accepted recipient and address."
+        }
+    )
 
 
 class BatchSchema(Schema):

@@ -9,6 +9,15 @@ from marshmallow import Schema, ValidationError, fields, pre_load, validate, val
 
 from app.delivery.retention import DEFAULT_RETENTION_DAYS
 from app.enums import Channel, KeyKind, MessageStatus, Priority
+from app.schemas.email import (
+    MAX_COPIES,
+    MAX_REPLY_TO,
+    SenderSchema,
+    address_list,
+    attachments_field,
+    headers_field,
+    verified_senders_field,
+)
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 from app.schemas.times import UtcDateTime
 
@@ -116,6 +125,7 @@ class ProjectSettingsSchema(Schema):
             "WEBHOOK_ALLOWED_NETWORKS (plain http and private addresses), e.g. a receiver on its internal network."
         },
     )
+    verified_senders = verified_senders_field()
 
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.
@@ -228,6 +238,9 @@ class ContentSchema(Schema):
     title = fields.String(validate=validate.Length(1, 256))
 
 
+EMAIL_ONLY = ("attachments", "sender", "reply_to", "cc", "bcc", "headers")
+
+
 class MessageFieldsSchema(Schema):
     """What a single send and a batch share: the channel, the content and how it is routed."""
 
@@ -243,6 +256,36 @@ class MessageFieldsSchema(Schema):
     bypass_quiet_hours = fields.Boolean(
         load_default=False, metadata={"description": "Send at once even inside the recipient's quiet hours."}
     )
+    attachments = attachments_field()
+    sender = fields.Nested(
+        SenderSchema,
+        data_key="from",
+        metadata={
+            "description": "Email only. The sender, one of the project's verified senders; default: the "
+            "template's, else the deployment's EMAIL_FROM."
+        },
+    )
+    reply_to = address_list(MAX_REPLY_TO, "Email only. Where replies go; default: the template's.", "help@acme.example")
+    cc = address_list(
+        MAX_COPIES,
+        "Email only. Each address gets a copy of its own (suppressions apply to each), and every copy shows "
+        "them as Cc. cc and bcc: at most 49 together.",
+        "accounts@customer.example",
+    )
+    bcc = address_list(
+        MAX_COPIES, "Email only. Each address gets a copy of its own, shown to nobody.", "archive@acme.example"
+    )
+    headers = headers_field()
+
+    @validates_schema
+    def email_extras_fit(self, data: dict[str, Any], **_: Any) -> None:
+        """Files, sender, copies and headers are email's; cc and bcc name at most MAX_COPIES together."""
+        if data.get("channel") not in (None, Channel.EMAIL):
+            given = [self.fields[name].data_key or name for name in EMAIL_ONLY if name in data]
+            if given:
+                raise ValidationError({name: ["Only email takes this."] for name in given})
+        if len(data.get("cc", ())) + len(data.get("bcc", ())) > MAX_COPIES:
+            raise ValidationError(f"cc and bcc may name at most {MAX_COPIES} addresses together.", "bcc")
 
     @validates_schema
     def content_fits(self, data: dict[str, Any], **_: Any) -> None:
@@ -273,10 +316,20 @@ class SendSchema(MessageFieldsSchema):
             raise ValidationError([misfit], "to")
 
 
+class CopySchema(Schema):
+    id = fields.String()
+    email = fields.String()
+    kind = fields.String(metadata={"description": "cc or bcc"})
+
+
 class AcceptedSchema(Schema):
     id = fields.String()
     status = fields.String()
     created_at = fields.DateTime()
+    copies = fields.List(
+        fields.Nested(CopySchema),
+        metadata={"description": "With cc or bcc only: the message each of their addresses gets, by address."},
+    )
 
 
 class MessageQuerySchema(Schema):

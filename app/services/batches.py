@@ -24,9 +24,9 @@ from app.delivery import dispatch
 from app.enums import Channel, MessageStatus
 from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
-from app.schemas.batches import BatchRecipientSchema
+from app.schemas.batches import MAX_RECIPIENTS, BatchRecipientSchema
 from app.schemas.core import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
-from app.services import intake
+from app.services import email_extras, intake
 from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
 
 # The single send's checks of each address kind (and of a row's data), called field by
@@ -104,6 +104,7 @@ def send_batch(
     """
     channel: Channel = data["channel"]
     check_channel_enabled(caller, channel)
+    check_copies_fit(data)
     recipients, rejected = check_recipients(channel, data["recipients"])
     if not recipients:
         abort(
@@ -112,16 +113,40 @@ def send_batch(
             errors={"json": {"recipients": {str(row["index"]): row["errors"] for row in rejected}}},
         )
     batch_id = uuid.uuid4()
-    body = {"batch_id": str(batch_id), "accepted": len(recipients), "rejected": rejected}
+    body: dict[str, Any] = {"batch_id": str(batch_id), "accepted": len(recipients), "rejected": rejected}
+    duplicates = copies_of(data, recipients)
+    if duplicates:
+        body["copies"] = len(duplicates)
     with db.begin() as session:
         common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key):
             return _replay(session, caller, idempotency_key, raw_body)
-        ids = intake.copy_messages(session, caller.project_id, common, recipients)
+        ids = intake.copy_messages(session, caller.project_id, common, recipients + duplicates)
         if common.status is MessageStatus.ACCEPTED:
             for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
                 enqueue_after_commit(session, signature)
     return Accepted(body, replayed=False)
+
+
+def check_copies_fit(data: dict[str, Any]) -> None:
+    """A batch with cc or bcc writes a message per recipient and copy: at most MAX_RECIPIENTS in all."""
+    per_recipient = 1 + len(data.get("cc") or ()) + len(data.get("bcc") or ())
+    if per_recipient > 1 and len(data["recipients"]) * per_recipient > MAX_RECIPIENTS:
+        most, copies = MAX_RECIPIENTS // per_recipient, per_recipient - 1
+        problem = f"With {copies} cop{'y' if copies == 1 else 'ies'} each, a batch takes at most {most:,} recipients."
+        abort(422, "Invalid request.", errors={"json": {"recipients": [problem]}})
+
+
+def copies_of(data: dict[str, Any], recipients: Sequence[intake.BatchRecipient]) -> list[intake.BatchRecipient]:
+    """Every recipient's copies (cc, bcc), each a message of its own with the recipient's data,
+    so it reads what the recipient reads."""
+    if not (data.get("cc") or data.get("bcc")):
+        return []
+    return [
+        intake.BatchRecipient(None, address, recipient.data)
+        for recipient in recipients
+        for address, _ in email_extras.copies(data, recipient.to_address)
+    ]
 
 
 def _insert_batch(

@@ -5,12 +5,14 @@ recipient (and, in a batch, in the data merged over the shared data), so an inse
 statement per table whatever the number of recipients:
 
 - `insert_messages`: `INSERT … SELECT FROM unnest`, for sends that carry an idempotency key
-  per message or files (single sends, SMTP): `messages` from the unnest of the recipients,
-  the files once (if any message was inserted), one `message_contents` row per message
-  inserted. A recipient whose idempotency key was used before inserts nothing.
+  per message (single sends, SMTP): `messages` from the unnest of the recipients, one
+  `message_contents` row per message inserted. A recipient whose idempotency key was used
+  before inserts nothing.
 - `copy_messages`: `COPY` of both tables, for batches (thousands of recipients, each with
   its own data, the idempotency key on the batch): 1.1 to 1.3 times the rows per second of
   the same rows through unnest on a busy 2-core box, as the server parses no giant arrays.
+
+Either stores the files once, in one more statement, for all the messages it wrote.
 
 Both take a session and never commit: the caller owns the transaction, and publishes the
 prepare tasks after it commits.
@@ -33,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from app.content.addresses import normalise_address
 from app.enums import Channel, MessageStatus, Priority
-from app.services import templates
+from app.services import email_extras, templates
 from providers.base import Attachment
 
 
@@ -90,6 +92,8 @@ class Common:
     data: Mapping[str, Any] = field(default_factory=dict)
     meta: Mapping[str, Any] = field(default_factory=dict)
     locale: str | None = None
+    # The sender as shown ("Acme Billing <billing@acme.example>"); None: the provider's EMAIL_FROM.
+    from_address: str | None = None
     reply_to: str | None = None
     cc: str | None = None
     headers: Mapping[str, str] | None = None
@@ -103,10 +107,13 @@ def common_for_send(
     """What the messages of an API send (one, or a batch) share, from its validated body.
 
     The template's latest version is pinned here (422 when there is none), so every message
-    of the send renders the same words however long it waits.
+    of the send renders the same words however long it waits; its sender defaults apply
+    where the send gives none. An email's extras are checked before anything is written.
     """
     channel: Channel = data["channel"]
     content = data.get("content") or {}
+    pinned = templates.pin(session, project_id, data["template"], channel) if "template" in data else None
+    extras = email_extras.for_send(session, project_id, data, pinned.sender if pinned else None, test)
     return Common(
         channel=channel,
         priority=data["priority"],
@@ -115,7 +122,7 @@ def common_for_send(
         test=test,
         bypass_quiet_hours=data["bypass_quiet_hours"],
         template=data.get("template"),
-        template_version=templates.pin(session, project_id, data["template"], channel) if "template" in data else None,
+        template_version=pinned.version if pinned else None,
         scheduled_at=data.get("scheduled_at"),
         subject=content.get("subject") or content.get("title"),
         text=content.get("text"),
@@ -124,6 +131,7 @@ def common_for_send(
         meta=data.get("metadata") or {},
         locale=data.get("locale"),
         batch_id=batch_id,
+        **extras,
     )
 
 
@@ -140,48 +148,65 @@ INSERT = text(
                     CAST(:idempotency_keys AS text[]), CAST(:request_hashes AS text[]))
              AS r(subscriber_id, to_address, idempotency_key, request_hash)
         ON CONFLICT ON CONSTRAINT uq_messages_project_test_idempotency_key DO NOTHING
-        RETURNING id, created_at
-    ), files AS (
-        INSERT INTO attachments (id, project_id, filename, content_type, content)
-        SELECT f.id, :project_id, f.filename, f.content_type, f.content
-        FROM unnest(CAST(:file_ids AS uuid[]), CAST(:filenames AS text[]), CAST(:content_types AS text[]),
-                    CAST(:contents AS text[])) AS f(id, filename, content_type, content)
-        WHERE EXISTS (SELECT FROM new)
+        RETURNING id, created_at, to_address
     ), contents AS (
-        INSERT INTO message_contents (message_id, subject, text, html, data, metadata, locale, reply_to, cc,
-                                      headers, attachment_ids)
-        SELECT new.id, :subject, :text, :html, CAST(:data AS jsonb), CAST(:metadata AS jsonb), :locale, :reply_to,
-               :cc, CAST(:headers AS jsonb), CAST(:attachment_ids AS uuid[])
+        INSERT INTO message_contents (message_id, subject, text, html, data, metadata, locale, from_address,
+                                      reply_to, cc, headers, attachment_ids)
+        SELECT new.id, :subject, :text, :html, CAST(:data AS jsonb), CAST(:metadata AS jsonb), :locale,
+               :from_address, :reply_to, :cc, CAST(:headers AS jsonb), CAST(:attachment_ids AS uuid[])
         FROM new
     )
-    SELECT id, created_at FROM new
+    SELECT id, created_at, to_address FROM new
+    """
+)
+
+STORE_FILES = text(
+    """
+    INSERT INTO attachments (id, project_id, filename, content_type, content)
+    SELECT f.id, :project_id, f.filename, f.content_type, f.content
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:filenames AS text[]), CAST(:content_types AS text[]),
+                CAST(:contents AS text[])) AS f(id, filename, content_type, content)
     """
 )
 
 
 def insert_messages(session: Session, project_id: str, common: Common, recipients: Sequence[Recipient]) -> list[Row]:
-    """Insert one message per recipient with `common`'s content; (id, created_at) of those inserted.
+    """Insert one message per recipient with `common`'s content; (id, created_at, to_address)
+    of those inserted. The files are stored only when a message was: a replay stores nothing.
 
     Files get their ids here, so the messages list them in the order given.
     """
     file_ids = [str(uuid.uuid4()) for _ in common.attachments]
-    return list(
-        session.execute(
-            INSERT,
-            {
-                **_message_columns(project_id, common),
-                **_content_columns(common),
-                "subscriber_ids": [r.subscriber_id for r in recipients],
-                "to_addresses": [r.to_address for r in recipients],
-                "idempotency_keys": [r.idempotency_key for r in recipients],
-                "request_hashes": [r.request_hash for r in recipients],
-                "file_ids": file_ids,
-                "attachment_ids": file_ids or None,
-                "filenames": [a.filename for a in common.attachments],
-                "content_types": [a.content_type for a in common.attachments],
-                "contents": [a.content for a in common.attachments],
-            },
-        ).all()
+    inserted = session.execute(
+        INSERT,
+        {
+            **_message_columns(project_id, common),
+            **_content_columns(common),
+            "subscriber_ids": [r.subscriber_id for r in recipients],
+            "to_addresses": [r.to_address for r in recipients],
+            "idempotency_keys": [r.idempotency_key for r in recipients],
+            "request_hashes": [r.request_hash for r in recipients],
+            "attachment_ids": file_ids or None,
+        },
+    ).all()
+    if inserted:
+        _store_files(session, project_id, file_ids, common.attachments)
+    return list(inserted)
+
+
+def _store_files(session: Session, project_id: str, ids: Sequence[str], files: Sequence[Attachment]) -> None:
+    """The files of one insert, once for all its messages (which name them by these ids)."""
+    if not files:
+        return
+    session.execute(
+        STORE_FILES,
+        {
+            "project_id": project_id,
+            "ids": list(ids),
+            "filenames": [a.filename for a in files],
+            "content_types": [a.content_type for a in files],
+            "contents": [a.content for a in files],
+        },
     )
 
 
@@ -190,12 +215,15 @@ def copy_messages(session: Session, project_id: str, common: Common, recipients:
 
     The ids are made here, time-ordered, so the content rows can name their message
     without a round trip and the primary key index only ever grows at its right edge.
+    The files are stored once, and every content row names them.
     """
-    if common.attachments:
-        raise ValueError("copy_messages stores no files: send them through insert_messages")
     ids = new_message_ids(len(recipients))
     messages = _message_columns(project_id, common)
     contents = _content_columns(common)
+    if common.attachments:
+        file_ids = [str(uuid.uuid4()) for _ in common.attachments]
+        _store_files(session, project_id, file_ids, common.attachments)
+        contents["attachment_ids"] = "{" + ",".join(file_ids) + "}"  # an array in COPY's text format
     shared_data = contents.pop("data")
     message_part = "\t".join(map(_copy_text, messages.values()))
     content_part = "\t".join(map(_copy_text, contents.values()))
@@ -254,6 +282,7 @@ def _content_columns(common: Common) -> dict[str, Any]:
         "data": json.dumps(common.data),
         "metadata": json.dumps(common.meta),
         "locale": common.locale,
+        "from_address": common.from_address,
         "reply_to": common.reply_to,
         "cc": common.cc,
         "headers": None if common.headers is None else json.dumps(common.headers),

@@ -19,7 +19,7 @@ from app.content.mime import Mail
 from app.delivery import coalescer
 from app.enums import Channel
 from app.services import intake
-from providers import registry
+from app.services.email_extras import files_refusal, providers_for_email, without_files
 
 
 class FilesNotCarried(Exception):
@@ -31,17 +31,15 @@ def accept_mail(
     caller: Caller,
     recipients: Sequence[str],
     mail: Mail,
-    providers: Mapping[Channel, str],
+    chains: Mapping[Channel, Sequence[str]],
 ) -> list[str]:
     """Record `mail` once per distinct recipient in one statement; the new message ids.
 
-    Attachments are refused up front when the provider cannot carry them: sending the
-    words without the files would lose what the sender was told was accepted.
+    Attachments are refused up front when a provider the mail may reach cannot carry them:
+    sending the words without the files would lose what the sender was told was accepted.
     """
-    # The provider prepare will route to: test keys always reach `log`.
-    provider = "log" if caller.is_test else providers[Channel.EMAIL]
-    if mail.attachments and not registry.carries_attachments(provider):
-        raise FilesNotCarried(f"the {provider} provider does not send attachments")
+    if mail.attachments and (refusing := without_files(providers_for_email(chains, caller.is_test))):
+        raise FilesNotCarried(files_refusal(refusing))
     common = intake.Common(
         channel=Channel.EMAIL,
         priority=mail.priority,

@@ -21,7 +21,7 @@ from app.errors import abort, field_error, uuid_or_404
 from app.models import Event, Message, MessageContent
 from app.pagination import aware_time, decode_cursor, page
 from app.schemas.core import ADDRESS_FOR_CHANNEL
-from app.services import engagement, intake
+from app.services import email_extras, engagement, intake
 
 INVALID = "Invalid request."
 
@@ -44,6 +44,10 @@ def accept(
     With an Idempotency-Key, the insert and the replay check are one statement: of two
     concurrent requests with the same key, one inserts and the other replays. The project's
     test key and live key each have their own keys (the message's `test` is in the constraint).
+
+    Each cc and bcc address gets a message of its own in the same statement (see
+    app/services/email_extras.py), guarded by a key derived from the send's, so a replay
+    inserts none of them either.
     """
     check_channel_enabled(caller, data["channel"])
     kind, value = next(iter(data["to"].items()))
@@ -57,13 +61,34 @@ def accept(
             idempotency_key=idempotency_key,
             request_hash=request_fingerprint(raw_body) if idempotency_key else None,
         )
-        inserted = intake.insert_messages(session, caller.project_id, common, [recipient])
-        if not inserted:
-            return _replay(session, caller, idempotency_key, raw_body)
-        row = inserted[0]
+        copies = email_extras.copies(data, to_address)
+        duplicates = [
+            intake.Recipient(to_address=address, idempotency_key=copy_key(idempotency_key, address))
+            for address, _ in copies
+        ]
+        inserted = intake.insert_messages(session, caller.project_id, common, [recipient, *duplicates])
+        copied = {address for address, _ in copies}
+        row = next((row for row in inserted if row.to_address not in copied), None)
+        if row is None:  # the key was used before (copies it did not have are rolled back by a 409)
+            return _replay(session, caller, idempotency_key, raw_body, copies)
     if status is MessageStatus.ACCEPTED:
-        coalescer.prepare_soon([str(row.id)], data["priority"])
-    return Accepted({"id": str(row.id), "status": status.value, "created_at": row.created_at}, replayed=False)
+        coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"])
+    body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}
+    if copies:
+        body["copies"] = copies_answer(copies, {r.to_address: str(r.id) for r in inserted if r is not row})
+    return Accepted(body, replayed=False)
+
+
+def copy_key(idempotency_key: str | None, address: str) -> str | None:
+    """The key that guards a send's copy to `address`: a digest of the send's key and the
+    address, so it fits the column and is found again by a replay."""
+    if idempotency_key is None:
+        return None
+    return "copy-" + hashlib.sha256(f"{idempotency_key}\n{address}".encode()).hexdigest()
+
+
+def copies_answer(copies: list[tuple[str, str]], ids: dict[str, str]) -> list[dict[str, str]]:
+    return [{"id": ids[address], "email": address, "kind": kind} for address, kind in copies]
 
 
 def check_channel_enabled(caller: Caller, channel: Channel) -> None:
@@ -76,12 +101,13 @@ def request_fingerprint(raw_body: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _replay(session: Session, caller: Caller, idempotency_key: str | None, raw_body: Any) -> Accepted:
+def _replay(
+    session: Session, caller: Caller, idempotency_key: str | None, raw_body: Any, copies: list[tuple[str, str]]
+) -> Accepted:
+    mine = (Message.project_id == caller.project_id, Message.test == caller.is_test)
     original = session.execute(
         select(Message.id, Message.created_at, Message.scheduled_at, Message.request_hash).where(
-            Message.project_id == caller.project_id,
-            Message.test == caller.is_test,
-            Message.idempotency_key == idempotency_key,
+            *mine, Message.idempotency_key == idempotency_key
         )
     ).one()
     if original.request_hash != request_fingerprint(raw_body):
@@ -89,6 +115,10 @@ def _replay(session: Session, caller: Caller, idempotency_key: str | None, raw_b
     was_scheduled = original.scheduled_at is not None and original.scheduled_at > original.created_at
     status = MessageStatus.SCHEDULED if was_scheduled else MessageStatus.ACCEPTED
     body = {"id": str(original.id), "status": status.value, "created_at": original.created_at}
+    if copies:
+        keys = [copy_key(idempotency_key, address) for address, _ in copies]
+        found = session.execute(select(Message.to_address, Message.id).where(*mine, Message.idempotency_key.in_(keys)))
+        body["copies"] = copies_answer(copies, {address: str(message_id) for address, message_id in found})
     return Accepted(body, replayed=True)
 
 

@@ -6,7 +6,7 @@ records the (key, version) it was accepted with and is rendered with exactly tha
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
@@ -18,6 +18,7 @@ from app.enums import Channel
 from app.errors import abort, field_error
 from app.models import Template
 from app.pagination import decode_cursor, page
+from app.services import email_extras
 
 # What a variant must have for its channel to send anything: all of one group, per channel.
 REQUIRED = {
@@ -38,7 +39,8 @@ def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> 
     variant = _variant(channel, data)
     tracking = _tracking(channel, data.get("tracking"))
     with db.begin() as session:
-        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant}, tracking)
+        sender = _sender(session, project_id, channel, data, None)
+        row = _insert_version(session, project_id, data["key"], 1, channel, locale, {locale: variant}, tracking, sender)
     if row is None:
         abort(409, f"Template {data['key']!r} exists already; PUT /v1/templates/{data['key']} changes it.")
     return present(row, locale)
@@ -57,10 +59,19 @@ def update(db: sessionmaker[Session], project_id: str, key: str, data: dict[str,
         locale = data.get("locale") or latest.default_locale
         variants = {**latest.variants, locale: _variant(latest.channel, data)}
         tracking = _tracking(latest.channel, data["tracking"]) if "tracking" in data else latest.tracking
-        if variants == latest.variants and tracking == latest.tracking:
+        sender = _sender(session, project_id, latest.channel, data, latest.sender)
+        if variants == latest.variants and tracking == latest.tracking and sender == latest.sender:
             return present(latest, locale)
         row = _insert_version(
-            session, project_id, key, latest.version + 1, latest.channel, latest.default_locale, variants, tracking
+            session,
+            project_id,
+            key,
+            latest.version + 1,
+            latest.channel,
+            latest.default_locale,
+            variants,
+            tracking,
+            sender,
         )
     if row is None:
         abort(409, f"Template {key!r} changed at the same time; send the change again.")
@@ -109,10 +120,17 @@ def preview(db: sessionmaker[Session], project_id: str, key: str, body: dict[str
     return answer
 
 
-def pin(session: Session, project_id: str, key: str, channel: Channel) -> int:
+class Pinned(NamedTuple):
+    """The version a send renders, and the sender defaults that version carries (email)."""
+
+    version: int
+    sender: dict[str, Any] | None
+
+
+def pin(session: Session, project_id: str, key: str, channel: Channel) -> Pinned:
     """The version a new message will be rendered with: the latest; 422 when there is none."""
     found = session.execute(
-        select(Template.version, Template.channel)
+        select(Template.version, Template.channel, Template.sender)
         .where(Template.project_id == project_id, Template.key == key)
         .order_by(Template.version.desc())
         .limit(1)
@@ -121,7 +139,7 @@ def pin(session: Session, project_id: str, key: str, channel: Channel) -> int:
         field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")
     if found.channel != channel:
         field_error(422, INVALID, "json", "template", f"Template {key!r} is for {found.channel}, not {channel}.")
-    return found.version
+    return Pinned(found.version, found.sender)
 
 
 def present(row: Template, locale: str) -> dict[str, Any]:
@@ -133,6 +151,8 @@ def present(row: Template, locale: str) -> dict[str, Any]:
         "default_locale": row.default_locale,
         "locales": sorted(row.variants),
         "tracking": row.tracking,
+        "sender": (row.sender or {}).get("from"),
+        "reply_to": (row.sender or {}).get("reply_to"),
         **row.variants[locale],
         "created_at": row.created_at,
     }
@@ -147,6 +167,7 @@ def _insert_version(
     default_locale: str,
     variants: dict[str, Any],
     tracking: dict[str, Any] | None = None,
+    sender: dict[str, Any] | None = None,
 ) -> Template | None:
     """Write one version; None when that (key, version) exists already (the caller says why)."""
     return session.scalars(
@@ -159,6 +180,7 @@ def _insert_version(
             default_locale=default_locale,
             variants=variants,
             tracking=tracking,
+            sender=sender,
         )
         .on_conflict_do_nothing()
         .returning(Template)
@@ -182,6 +204,28 @@ def _tracking(channel: Channel, tracking: dict[str, Any] | None) -> dict[str, An
         field_error(422, INVALID, "json", "tracking", f"Only email is tracked, not {channel}.")
     switches = {name: value for name, value in (tracking or {}).items() if value is not None}
     return switches or None
+
+
+# A template's sender defaults: schema field → key stored in `templates.sender`.
+SENDER_FIELDS = {"sender": "from", "reply_to": "reply_to"}
+
+
+def _sender(
+    session: Session, project_id: str, channel: Channel, data: dict[str, Any], previous: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The version's sender defaults: those given (null clears one), the others kept from
+    `previous`. Email only; a new `from` must be a verified sender (it is checked again at
+    every send, since an operator may take it off the list)."""
+    given = {stored: data[name] for name, stored in SENDER_FIELDS.items() if name in data}
+    if channel is not Channel.EMAIL:
+        named = [stored for stored, value in given.items() if value is not None]
+        if named:
+            field_error(422, INVALID, "json", named[0], f"Only email templates have a sender, not {channel}.")
+        return None
+    if given.get("from") is not None:
+        email_extras.check_sender(session, project_id, given["from"]["email"], "from")
+    kept = {key: value for key, value in {**(previous or {}), **given}.items() if value is not None}
+    return kept or None
 
 
 def _variant(channel: Channel, data: dict[str, Any]) -> dict[str, Any]:

@@ -132,7 +132,7 @@ class Ingress:
         return f"250 2.0.0 OK: queued as {ids[0]}{more}"
 
     def accept(self, caller: Caller, recipients: list[str], raw: bytes) -> list[str]:
-        return accept_mail(self.db, caller, recipients, read_mail(raw), self.settings.providers)
+        return accept_mail(self.db, caller, recipients, read_mail(raw), self.settings.chains)
 
 
 def reply_text(error: Exception) -> str:

@@ -1,11 +1,16 @@
-"""Retention deletes finished messages past their project's days, and nothing else."""
+"""Retention deletes finished messages past their project's days, then the files no message
+names any more, and nothing else."""
 
 from __future__ import annotations
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from app.db import session_factory
 from app.delivery.retention import purge
+from app.enums import Channel, Priority
+from app.services import intake
+from providers.base import Attachment
 from tests.conftest import ADMIN_KEY, bearer, create_project
 
 
@@ -95,3 +100,72 @@ def test_a_run_out_of_time_says_so_and_deletes_nothing_more(client, migrated, en
     report = purge(session_factory(migrated.database_url), project=project.id, max_seconds=0)
     assert not report.finished
     assert surviving(engine, expired)["messages"] == 3
+
+
+def send_with_files(engine, project_id: str, files: int, statuses: list[str], age_days: float) -> list[str]:
+    """One send's messages (one per status) sharing `files` files, all `age_days` old, as
+    SMTP or a batch writes them."""
+    common = intake.Common(
+        channel=Channel.EMAIL,
+        priority=Priority.BULK,
+        subject="Invoice",
+        text="Attached.",
+        attachments=tuple(Attachment(f"f{n}.pdf", "application/pdf", "JVBERi0xLjQK") for n in range(files)),
+    )
+    recipients = [intake.Recipient(to_address=f"user{n}@example.com") for n in range(len(statuses))]
+    with Session(engine) as session, session.begin():
+        ids = [str(row.id) for row in intake.insert_messages(session, project_id, common, recipients)]
+        session.execute(
+            text(
+                """
+                UPDATE messages m SET status = v.status, created_at = now() - make_interval(secs => :age * 86400)
+                FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[])) AS v(id, status) WHERE m.id = v.id
+                """
+            ),
+            {"ids": ids, "statuses": statuses, "age": age_days},
+        )
+        session.execute(
+            text(
+                "UPDATE attachments SET created_at = now() - make_interval(secs => :age * 86400) "
+                "WHERE id IN (SELECT unnest(attachment_ids) FROM message_contents "
+                "WHERE message_id = ANY(CAST(:ids AS uuid[])))"
+            ),
+            {"ids": ids, "age": age_days},
+        )
+    return ids
+
+
+def files_of(engine, project_id: str) -> int:
+    with engine.connect() as connection:
+        return connection.execute(
+            text("SELECT count(*) FROM attachments WHERE project_id = :p"), {"p": project_id}
+        ).scalar_one()
+
+
+def test_files_go_once_no_message_names_them(client, migrated, engine):
+    project = create_project(client, settings={"retention_days": 2})
+    gone = send_with_files(engine, project.id, 2, ["sent", "delivered", "failed"], 3)
+    waiting = send_with_files(engine, project.id, 1, ["sent", "retrying"], 3)  # one still on its way
+    young = send_with_files(engine, project.id, 1, ["sent"], 1)
+    # A file an earlier run left behind: old, and named by no message any more.
+    left_behind = send_with_files(engine, project.id, 1, ["sent"], 3)
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": left_behind})
+    assert files_of(engine, project.id) == 5
+
+    report = purge(session_factory(migrated.database_url), project=project.id)
+    assert report.finished
+    assert (report.deleted[project.id], report.files[project.id]) == (4, 3)
+    assert surviving(engine, gone)["messages"] == 0
+    assert surviving(engine, waiting + young)["messages"] == 2
+    # The retrying message still names its file, and the young message its own.
+    assert files_of(engine, project.id) == 2
+    with engine.connect() as connection:
+        named = connection.execute(
+            text(
+                "SELECT count(*) FROM attachments a WHERE a.project_id = :p AND EXISTS "
+                "(SELECT FROM message_contents c WHERE c.attachment_ids @> ARRAY[a.id])"
+            ),
+            {"p": project.id},
+        ).scalar_one()
+    assert named == 2

@@ -29,6 +29,7 @@ from providers.base import (
     TransientError,
     Unreachable,
     Unsubscribed,
+    addresses,
     one_by_one,
     retry_after_seconds,
     send_groups,
@@ -276,5 +277,14 @@ def test_only_adapters_that_send_attachments_say_so():
         "postmark",
         "resend",
         "sendgrid",
+        "ses",
         "smtp",
     }
+
+
+def test_an_address_header_splits_into_its_addresses():
+    assert addresses('a@x.example, "Bo, B." <b@y.example>,, Zoë <z@y.example>') == [
+        "a@x.example",
+        '"Bo, B." <b@y.example>',
+        "Zoë <z@y.example>",
+    ]

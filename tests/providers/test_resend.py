@@ -38,7 +38,7 @@ def test_one_email_posts_to_emails_with_our_id_as_idempotency_key(httpserver, ad
             "subject": "Hello 1",
             "text": "Hi there",
             "html": "<p>Hi there</p>",
-            "reply_to": "help@acme.test",
+            "reply_to": ["help@acme.test"],
             "headers": {"List-Unsubscribe": "<https://acme.test/u/1>"},
             "tags": [{"name": "tidings_message_id", "value": "m1"}],
         },

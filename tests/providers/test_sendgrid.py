@@ -211,3 +211,17 @@ def test_attachments_belong_to_the_request_and_recipients_of_the_same_files_shar
     assert len(with_files["personalizations"]) == 2
     assert all("cc" not in p and "Cc" not in p.get("headers", {}) for p in with_files["personalizations"])
     assert "attachments" not in without
+
+
+def test_several_reply_to_addresses_go_in_reply_to_list(httpserver, adapter):
+    bodies: list[dict] = []
+
+    def answer(request: Request) -> Response:
+        bodies.append(request.get_json())
+        return accepted()
+
+    httpserver.expect_request("/v3/mail/send").respond_with_handler(answer)
+    adapter.send([email(1, reply_to="help@acme.test, Acme Orders <orders@acme.test>")])
+    [body] = bodies
+    assert "reply_to" not in body
+    assert body["reply_to_list"] == [{"email": "help@acme.test"}, {"email": "orders@acme.test", "name": "Acme Orders"}]

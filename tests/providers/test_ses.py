@@ -11,7 +11,7 @@ from werkzeug import Request, Response
 
 from providers.base import ConfigurationError, Outcome, PermanentError, RateLimited
 from providers.ses import SesProvider
-from tests.providers.helpers import email
+from tests.providers.helpers import FILES, email
 
 PATH = "/v2/email/outbound-emails"
 SETTINGS = {
@@ -145,3 +145,27 @@ def test_one_message_per_call():
 def test_settings(missing):
     with pytest.raises(ValueError, match=f"{missing} is not set"):
         SesProvider.from_env({k: v for k, v in SETTINGS.items() if k != missing})
+
+
+def test_files_and_several_reply_to_addresses_go_in_sess_form(httpserver, adapter):
+    seen: list[dict] = []
+
+    def answer(request: Request) -> Response:
+        seen.append(request.get_json())
+        return Response(json.dumps({"MessageId": "0102018f-example-000001"}), 200, content_type="application/json")
+
+    httpserver.expect_request(PATH, method="POST").respond_with_handler(answer)
+    message = email(1, attachments=FILES, reply_to='help@acme.test, "Acme, Orders" <orders@acme.test>')
+    [result] = adapter.send([message])
+    assert result.outcome is Outcome.SENT
+    [request] = seen
+    assert request["ReplyToAddresses"] == ["help@acme.test", '"Acme, Orders" <orders@acme.test>']
+    assert request["Content"]["Simple"]["Attachments"] == [
+        {
+            "FileName": "invoice.pdf",
+            "ContentType": "application/pdf",
+            "RawContent": "JVBERi0xLjQK",
+            "ContentDisposition": "ATTACHMENT",
+            "ContentTransferEncoding": "BASE64",
+        }
+    ]

@@ -169,3 +169,31 @@ def test_new_ids_are_version_7_uuids_in_time_order():
     assert {(u.version, u.variant) for u in parsed} == {(7, uuid.RFC_4122)}
     assert max(first) < second[0]
     assert len(set(first)) == 3
+
+
+def test_copy_stores_a_batchs_files_once_and_every_message_names_them(engine, project_id):
+    common = intake.Common(
+        channel=Channel.EMAIL,
+        priority=Priority.BULK,
+        subject="Price list",
+        from_address="Acme <news@acme.example>",
+        attachments=FILES,
+    )
+    recipients = [intake.BatchRecipient(None, f"{name}@example.com") for name in ("a", "b", "c")]
+    with Session(engine) as session, session.begin():
+        intake.copy_messages(session, project_id, common, recipients)
+    rows = stored(engine, project_id)
+    assert [(row.to_address, row.files) for row in rows] == [
+        (f"{name}@example.com", ["a.pdf", "b.txt"]) for name in ("a", "b", "c")
+    ]
+    with engine.connect() as connection:
+        files = connection.scalar(text("SELECT count(*) FROM attachments WHERE project_id = :p"), {"p": project_id})
+        senders = connection.execute(
+            text(
+                "SELECT DISTINCT c.from_address FROM message_contents c JOIN messages m ON m.id = c.message_id "
+                "WHERE m.project_id = :p"
+            ),
+            {"p": project_id},
+        ).scalars()
+        assert list(senders) == ["Acme <news@acme.example>"]
+    assert files == 2

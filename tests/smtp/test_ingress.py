@@ -257,13 +257,13 @@ def test_a_malformed_message_is_554_with_the_reason(smtp, project, raw, reason):
 def test_attachments_for_a_provider_that_cannot_send_them_are_554(smtp, project):
     message = mail()
     message.add_attachment(PDF, maintype="application", subtype="pdf", filename="invoice.pdf")
-    # The session's live keys go to the `fake` provider, which has no attachments.
+    # The session's live keys go to the `fake` provider, failing over to `fake2`: neither has attachments.
     with smtp.login(project.live_key) as connection, pytest.raises(smtplib.SMTPDataError) as refused:
         connection.send_message(message)
     assert refused.value.smtp_code == 554
     assert (
         refused.value.smtp_error.decode()
-        == "5.6.1 Attachments cannot be sent: the fake provider does not send attachments"
+        == "5.6.1 Attachments cannot be sent: the fake, fake2 providers do not send attachments"
     )
     assert listed(project) == []
 
