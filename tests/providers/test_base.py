@@ -276,5 +276,6 @@ def test_only_adapters_that_send_attachments_say_so():
         "postmark",
         "resend",
         "sendgrid",
+        "simulator",
         "smtp",
     }
