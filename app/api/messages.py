@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import g
 
-from app.api import idempotency
+from app.api import idempotency, simulated
 from app.api.context import context
 from app.api.project import project_blueprint
 from app.observability import logs
@@ -20,6 +20,7 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 @blp.arguments(SendSchema)
 @blp.response(202, AcceptedSchema)
 @blp.alt_response(409)
+@blp.doc(description=simulated.DESCRIPTION)
 def send(data: dict[str, Any]):
     """Send one notification. Same Idempotency-Key and body → the original answer."""
     key = idempotency.key_from_request()
