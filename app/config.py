@@ -280,7 +280,7 @@ def _chain(env: Mapping[str, str], channel: Channel) -> tuple[str, ...]:
     chain = tuple(value.strip() for value in raw.split(","))
     if "" in chain or len(set(chain)) != len(chain):
         raise ConfigError(f"{name} must list providers separated by commas, each once; got {raw!r}")
-    fitting = [p for p in registry.names() if channel.value in registry.PROVIDERS[p].channels]
+    fitting = [p for p in registry.names() if channel.value in registry.PROVIDERS[p].channels and registry.chainable(p)]
     for value in chain:
         if value not in fitting:
             raise ConfigError(f"{name} must be one of {', '.join(fitting)}; got {value!r}")

@@ -181,6 +181,21 @@ class Outbound:
 
 
 @dataclass(frozen=True)
+class Report:
+    """News of a message a provider gives in its answer rather than by a later status webhook.
+
+    Only the simulator knows at send time what will become of a message; the engine applies
+    its reports once the send is written, through the code that applies status webhooks
+    (and tracking, for opens and clicks), so what follows is what a real provider's news
+    would cause. `kind` is an event type: delivered, bounced (a hard bounce), complained,
+    opened or clicked; `url` is the link a click followed.
+    """
+
+    kind: str
+    url: str = ""
+
+
+@dataclass(frozen=True)
 class SendResult:
     """What happened to one message of a batch, and what the engine must do about it."""
 
@@ -195,6 +210,8 @@ class SendResult:
     invalid_token: bool = False
     # How long to pause the provider (with a RATE_LIMITED outcome).
     retry_after: float | None = None
+    # What the provider already says will follow, in order (with a SENT outcome; see Report).
+    reports: tuple[Report, ...] = ()
 
     @classmethod
     def from_error(cls, message_id: str, error: ProviderError) -> SendResult:

@@ -13,6 +13,7 @@ from providers.postmark import PostmarkProvider
 from providers.resend import ResendProvider
 from providers.sendgrid import SendGridProvider
 from providers.ses import SesProvider
+from providers.simulator import SimulatorProvider
 from providers.smtp import SmtpProvider
 from providers.twilio import TwilioProvider
 from providers.webhook import WebhookProvider
@@ -31,6 +32,7 @@ PROVIDERS: dict[str, type[Provider]] = {
         TwilioProvider,
         FcmProvider,
         WebhookProvider,
+        SimulatorProvider,
     )
 }
 
@@ -49,6 +51,13 @@ def endpoint_per_message(name: str) -> bool:
     tenant (the webhook channel): its failures then say nothing about the provider, and must
     not open the circuit for every project. Adapters opt in with `endpoint_per_message = True`."""
     return getattr(PROVIDERS[name], "endpoint_per_message", False)
+
+
+def chainable(name: str) -> bool:
+    """Whether adapter `name` may be named in a channel's failover chain (`EMAIL_PROVIDER`, …).
+    The simulator opts out with `chainable = False`: it answers only its own recipients,
+    which prepare sends it whatever the chain."""
+    return getattr(PROVIDERS[name], "chainable", True)
 
 
 def carries_attachments(name: str) -> bool:

@@ -29,7 +29,7 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, devices, failover, follow_ups, instrument, isolation
+from tasks import attachments, devices, failover, follow_ups, instrument, isolation, reports
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
 from tasks.shutdown import stopping
 
@@ -173,11 +173,13 @@ def send_claimed(
         """Write the fates of `part` in one transaction (tasks/isolation.py halves it on a poison)."""
         wanted = set(part)
         mine = [o for o in outcomes if o.message_id in wanted]
+        answers = [r for r in results if folded.owner.get(r.message_id) in wanted]
         with session_scope(config.database_url) as session:
             fanout.announce(session, store.finalise(session, mine))
-            done = follow_ups.apply(session, [r for r in results if folded.owner.get(r.message_id) in wanted], sent_as)
+            done = follow_ups.apply(session, answers, sent_as)
             devices.settle(session, folded, wanted, done)
             store.record_events(session, events_for(mine, rows, {**done, **folded.summaries}))
+            reports.follow(session, provider, priority, answers, rows)
             for countdown, group in waiting_groups(mine):
                 for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                     enqueue_after_commit(session, signature)

@@ -16,11 +16,13 @@ per message, in this order:
                                         required categories nor `bypass_quiet_hours`)
 5. the template does not render       → failed (a missing variable is never a blank)
 6. in-app                             → sent: stored in the subscriber's inbox, no provider
-7. otherwise                          → ready, and on to its deliver lane: the first provider
-                                        of its channel whose circuit is not open (one Redis
-                                        read per batch, tasks/routing.py); emails gain open
-                                        and click tracking and List-Unsubscribe as their
-                                        project and template say (app.content.tracking).
+7. otherwise                          → ready, and on to its deliver lane: the simulator for
+                                        a simulated recipient, `log` for a test key, else the
+                                        first provider of its channel whose circuit is not
+                                        open (one Redis read per batch, tasks/routing.py);
+                                        emails gain open and click tracking and
+                                        List-Unsubscribe as their project and template say
+                                        (app.content.tracking).
 
 Rendering comes last so that messages that will not go are never rendered.
 """
@@ -171,7 +173,7 @@ def decide(
     if row.channel == Channel.IN_APP:
         plan.inbox.append((row.id, address))
         return None
-    provider = "log" if row.test else routes[Channel(row.channel)]
+    provider = routing.provider_for(Channel(row.channel), address, row.test, routes)
     plan.ready.append((row.id, provider, row.priority, address))
     return None
 

@@ -4,7 +4,9 @@ Pure functions over the chains (configuration) and the circuits (app/delivery/br
 rules read in one place: prepare sends new messages to the first provider of the chain whose
 circuit is not open (a half-open one gets them so that its probe has something to send);
 deliver hands messages an open circuit refuses to the first *closed* one, so two recovering
-providers never pass the same messages back and forth.
+providers never pass the same messages back and forth. Before any of that, a simulated
+recipient goes to the simulator and a test key's message to `log`: neither ever reaches
+a provider of a chain.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from app.delivery.breaker import CLOSED, Circuit
 from app.enums import Channel, CircuitState
+from providers import simulator
 
 
 def choose(chains: Mapping[Channel, Sequence[str]], circuits: Mapping[str, Circuit]) -> dict[Channel, str]:
@@ -25,6 +28,14 @@ def choose(chains: Mapping[Channel, Sequence[str]], circuits: Mapping[str, Circu
         )
         for channel, chain in chains.items()
     }
+
+
+def provider_for(channel: Channel, address: str, test: bool, routes: Mapping[Channel, str]) -> str:
+    """A message's provider: the simulator for its recipients whatever the key (so a live
+    key rehearses too), `log` for a test key's other messages, else its channel's route."""
+    if simulator.simulates(channel, address):
+        return simulator.NAME
+    return "log" if test else routes[channel]
 
 
 def fallible(chains: Mapping[Channel, Sequence[str]]) -> set[str]:

@@ -6,12 +6,18 @@ from typing import Any
 
 from flask import g
 
-from app.api import idempotency
+from app.api import idempotency, simulated
 from app.api.context import context
 from app.api.project import large_body_with, project_blueprint
 from app.observability import logs
 from app.schemas.core import AcceptedSchema, MessagePageSchema, MessageQuerySchema, MessageSchema, SendSchema
 from app.services import messages
+
+# The spec's description of a send; the docstring's would be replaced by the simulated recipients' table.
+SEND_DESCRIPTION = (
+    "Bodies up to 1 MiB, or 16 MiB with attachments. cc and bcc addresses each get a message of their own, "
+    "listed in `copies`."
+)
 
 blp = project_blueprint("messages", __name__, description="Send notifications and follow them.")
 
@@ -21,12 +27,9 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 @blp.response(202, AcceptedSchema)
 @blp.alt_response(409)
 @large_body_with("attachments")
+@blp.doc(description=f"{SEND_DESCRIPTION}\n\n{simulated.DESCRIPTION}")
 def send(data: dict[str, Any]):
-    """Send one notification. Same Idempotency-Key and body → the original answer.
-
-    Bodies up to 1 MiB, or 16 MiB with attachments. cc and bcc addresses each get a message
-    of their own, listed in `copies`.
-    """
+    """Send one notification. Same Idempotency-Key and body → the original answer."""
     key = idempotency.key_from_request()
     accepted = messages.accept(context().db, g.caller, data, idempotency.guarded_body(key), key)
     logs.bind(message_id=accepted.body["id"])

@@ -77,6 +77,15 @@ def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publi
     ]
 
 
+def reports(provider: str, priority: str, items: Sequence[Sequence[str]]) -> list[Signature]:
+    """The reports a provider gave with its answers (tasks/reports.py), on its own deliver
+    lane: they are the tail of its sends, and every worker that sends for it takes them."""
+    if not items:
+        return []
+    queue = deliver_queue(provider, priority)
+    return [celery_app.signature("tidings.reports", args=(provider, [list(item) for item in items]), queue=queue)]
+
+
 def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signature]:
     options = {"countdown": countdown} if countdown > 0 else {}
     return [

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from providers import simulator
+
 STORED_PREFIX = "evt_"
 SENT_PREFIX = "sent_"
 TEST_NOTE = "test key: handled by the log provider, never a real provider"
+SIMULATED_NOTE = "test key, simulated recipient: answered by the simulator, never a real provider"
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def entry(row: Any) -> LogEntry:
 def sent_data(provider: str | None, provider_message_id: str | None, test: bool) -> dict[str, Any]:
     data: dict[str, Any] = {"provider": provider, "provider_message_id": provider_message_id}
     if test:
-        data.update(test=True, note=TEST_NOTE)
+        data.update(test=True, note=SIMULATED_NOTE if provider == simulator.NAME else TEST_NOTE)
     return data
 
 

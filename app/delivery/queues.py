@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from app.config import Settings
 from app.enums import Priority
+from providers import simulator
 
 BEAT_QUEUE = "beat"
 # Outbound webhooks: after the message lanes, so receivers never slow a send.
@@ -41,8 +42,9 @@ def worker_queues(providers: Iterable[str]) -> list[str]:
 
 def active_providers(settings: Settings) -> list[str]:
     """Providers this deployment routes to: every one of every channel's failover chain
-    (traffic may move to any of them), and `log` for test keys."""
-    return sorted(settings.chained_providers | {"log"})
+    (traffic may move to any of them), `log` for test keys, and the simulator for simulated
+    recipients with any key, so that every deployment has its lanes without a setting."""
+    return sorted(settings.chained_providers | {"log", simulator.NAME})
 
 
 def all_queues(settings: Settings) -> list[str]:

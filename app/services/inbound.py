@@ -78,12 +78,25 @@ def receive(
         increment(client, "inbound_events", provider=provider, outcome=f"refused_{refusal.status}")
         abort(refusal.status, f"{provider} webhook refused: {refusal}")
     source = provider if project_id is None else own_scope(provider, project_id)
+    return record(db, client, provider, source, project_id, events).answer(len(events))
+
+
+def record(
+    db: sessionmaker[Session],
+    client: redis.Redis,
+    provider: str,
+    source: str,
+    project_id: str | None,
+    events: Sequence[InboundEvent],
+) -> Received:
+    """Apply verified events in one transaction, and count them: what a status webhook does
+    once verified, and what a provider's reports given with its answer do (tasks/reports.py)."""
     with db.begin() as session:
         received = apply(session, provider, source, project_id, events)
     outcomes = received.applied + Counter(duplicate=received.duplicates, unmatched=received.unmatched)
     for outcome, count in outcomes.items():
         increment(client, "inbound_events", count, provider=provider, outcome=outcome)
-    return received.answer(len(events))
+    return received
 
 
 def receiver_for(db: sessionmaker[Session], settings: Settings, provider: str, project_id: str | None) -> Receiver:

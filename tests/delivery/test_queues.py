@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from app.config import Settings
 from app.delivery import dispatch
 from app.delivery.broker import celery_app
 from app.delivery.queues import BEAT_QUEUE, active_providers, all_queues
 from app.enums import Channel, Priority
+from tests.conftest import make_env
 
 
 def routed_queues(settings) -> set[str]:
@@ -14,6 +16,7 @@ def routed_queues(settings) -> set[str]:
         queues |= {s.options["queue"] for s in dispatch.prepare(["x"], priority)}
         for provider in active_providers(settings):
             queues |= {s.options["queue"] for s in dispatch.deliver(provider, priority, ["x"])}
+            queues |= {s.options["queue"] for s in dispatch.reports(provider, priority, [["x"]])}
     queues |= {s.options["queue"] for s in dispatch.webhooks(["x"])}
     for name in ("tidings.release_due", "tidings.sweep", "tidings.webhooks.release"):
         queues.add(celery_app.amqp.router.route({}, name)["queue"].name)
@@ -44,6 +47,15 @@ def test_within_a_priority_deliver_lanes_come_before_prepare(settings):
 def test_deliver_lanes_cover_the_log_provider_for_test_keys(settings):
     assert "deliver.log.transactional" in all_queues(settings)
     assert "deliver.fake.transactional" in all_queues(settings)
+
+
+def test_every_deployment_has_the_simulators_lanes_without_a_setting(server_urls):
+    """Simulated recipients go to the simulator with any key: no deployment may lack its workers."""
+    bare = Settings.from_env(make_env(*server_urls))
+    assert set(bare.chained_providers) == {"log"}
+    assert active_providers(bare) == ["log", "simulator"]
+    for priority in Priority:
+        assert f"deliver.simulator.{priority}" in all_queues(bare)
 
 
 def test_every_provider_of_a_failover_chain_has_its_lanes(settings):

@@ -278,6 +278,7 @@ def test_only_adapters_that_send_attachments_say_so():
         "resend",
         "sendgrid",
         "ses",
+        "simulator",
         "smtp",
     }
 
