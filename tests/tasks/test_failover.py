@@ -64,8 +64,9 @@ def test_a_failing_primary_trips_and_traffic_moves_to_the_next_then_comes_back(
     during = [project.send(email(f"during the outage {n}")).get_json()["id"] for n in range(3)]
     outage = [project.wait_for(message_id) for message_id in during]
     assert {(m["status"], m["provider"]) for m in outage} == {("sent", "fake2")}
-    assert {r.message_id for r in backup_provider.delivered()} == set(during)
-    assert fake_provider.delivered() == []
+    # Another test's late retry may reach either provider meanwhile: the ledgers are read for ours.
+    assert sorted(r.message_id for r in backup_provider.delivered() if r.message_id in during) == sorted(during)
+    assert [r for r in fake_provider.delivered() if r.message_id in during] == []
     assert any(e["type"] == "retrying" and "HTTP 503" in e["data"]["reason"] for m in outage for e in m["events"])
     assert counter(client, 'tidings_breaker_transitions_total{provider="fake",state="open"}') > opened_before
     assert counter(client, 'tidings_failover_handovers_total{provider="fake",to="fake2"}') >= 1
@@ -80,7 +81,7 @@ def test_a_failing_primary_trips_and_traffic_moves_to_the_next_then_comes_back(
     back = project.wait_for(project.send(email("after the outage")).get_json()["id"])
     assert (back["status"], back["provider"]) == ("sent", "fake")
     assert providers(client)["fake"]["breaker"] == "closed"
-    assert [r.message_id for r in fake_provider.delivered()] == [back["id"]]
+    assert [r.message_id for r in fake_provider.delivered() if r.message_id in {*during, back["id"]}] == [back["id"]]
     assert counter(client, 'tidings_breaker_transitions_total{provider="fake",state="closed"}') >= 1
 
 
