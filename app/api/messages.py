@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import g
 
-from app.api import idempotency
+from app.api import idempotency, limits
 from app.api.context import context
 from app.api.project import project_blueprint
 from app.observability import logs
@@ -18,10 +18,15 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 
 @blp.route("/messages", methods=["POST"])
 @blp.arguments(SendSchema)
-@blp.response(202, AcceptedSchema)
+@blp.response(202, AcceptedSchema, headers=limits.SEND_HEADERS)
 @blp.alt_response(409)
+@blp.alt_response(429, **limits.LIMIT_REACHED)
 def send(data: dict[str, Any]):
-    """Send one notification. Same Idempotency-Key and body → the original answer."""
+    """Send one notification. Same Idempotency-Key and body → the original answer.
+
+    It counts one message against the project's messages a minute and the channel's daily
+    quota (a replay counts nothing); over either → 429 with `Retry-After`.
+    """
     key = idempotency.key_from_request()
     accepted = messages.accept(context().db, g.caller, data, idempotency.guarded_body(key), key)
     logs.bind(message_id=accepted.body["id"])

@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.access import admission
 from app.access.auth import Caller
 from app.delivery import coalescer, store
 from app.delivery.event_log import sent_data
@@ -29,6 +31,8 @@ INVALID = "Invalid request."
 class Accepted:
     body: dict[str, Any]
     replayed: bool
+    # Where the send left the project's limits (app/access/admission.py); none on a replay.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def accept(
@@ -43,6 +47,7 @@ def accept(
     With an Idempotency-Key, the insert and the replay check are one statement: of two
     concurrent requests with the same key, one inserts and the other replays. The project's
     test key and live key each have their own keys (the message's `test` is in the constraint).
+    The limits are taken once the insert says it is no replay; a refusal rolls the insert back.
     """
     check_channel_enabled(caller, data["channel"])
     kind, value = next(iter(data["to"].items()))
@@ -59,10 +64,12 @@ def accept(
         inserted = intake.insert_messages(session, caller.project_id, common, [recipient])
         if not inserted:
             return _replay(session, caller, idempotency_key, raw_body)
+        limits = admission.admit(session, caller, data["channel"], 1, written=True)
         row = inserted[0]
     if status is MessageStatus.ACCEPTED:
         coalescer.prepare_soon([str(row.id)], data["priority"])
-    return Accepted({"id": str(row.id), "status": status.value, "created_at": row.created_at}, replayed=False)
+    body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}
+    return Accepted(body, replayed=False, headers=limits)
 
 
 def check_channel_enabled(caller: Caller, channel: Channel) -> None:
