@@ -211,11 +211,14 @@ def digest(since: str | None, project: str | None, as_json: bool) -> None:
     dead = answer["dead_letters"]
     click.echo(f"\nDead letters: {dead['total']}")
     table([(row["project"], row["count"]) for row in dead["by_project"]], ("PROJECT", "DEAD"))
+    click.echo("\nDaily quotas used today")
+    table([(q["project"], q["channel"], q["used"], q["limit"], q["resets_at"]) for q in answer["quotas"]], _QUOTAS)
 
 
 _COUNTS = ("PROJECT", "CHANNEL", "STATUS", "COUNT")
 _LANES = ("LANE", "MESSAGES", "OLDEST (s)")
 _PROVIDERS = ("PROVIDER", "CHANNELS", "RATE/S", "PAUSED", "BREAKER")
+_QUOTAS = ("PROJECT", "CHANNEL", "USED", "QUOTA", "RESETS AT")
 
 
 def _provider_row(state: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,5 +1,5 @@
 """Daily quotas over HTTP: 429 with the quota's headers, batches refused whole, an operator's
-raise at once, replays and test keys, the project's midnight.
+raise at once, replays and test keys, the project's midnight, and use in the digest and /metrics.
 
 Exactness under concurrency and with Redis down is proven in tests/access/test_quota.py and,
 through gunicorn, in tests/faults/test_quotas.py.
@@ -15,7 +15,9 @@ import pytest
 from app.access import admission
 from app.access.quota import DailyQuota
 from tests.api.test_batches import batch, post_batch, stored
+from tests.api.test_digest import digest
 from tests.api.test_errors import assert_error_shape
+from tests.api.test_metrics import scrape, value
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 ADMIN = bearer(ADMIN_KEY)
@@ -135,6 +137,19 @@ def test_bad_quota_settings_are_422(client):
     errors = answer.get_json()["errors"]["json"]["settings"]
     assert errors["quota_timezone"] == ["Not an IANA time zone like Europe/Berlin."]
     assert set(errors["daily_quota"]) == {"email", "fax"}
+
+
+def test_the_digest_and_metrics_show_use_against_the_quota(client):
+    project = quota_project(client, 5)
+    assert post_batch(project, batch(recipients(3))).status_code == 202
+    uses = digest(client, project=project.id)["quotas"]
+    assert [{k: use[k] for k in ("project", "channel", "used", "limit", "remaining")} for use in uses] == [
+        {"project": project.id, "channel": "email", "used": 3, "limit": 5, "remaining": 2}
+    ]
+    families = scrape(client)
+    labels = {"project": project.id, "channel": "email"}
+    assert value(families["tidings_daily_quota_used"], "tidings_daily_quota_used", **labels) == 3
+    assert value(families["tidings_daily_quota_limit"], "tidings_daily_quota_limit", **labels) == 5
 
 
 def test_the_openapi_spec_documents_the_429_and_the_headers(client):

@@ -104,6 +104,7 @@ def test_digest_as_tables_and_as_json(tidings, project, engine):
     assert tables.exit_code == 0, tables.output
     assert re.search(rf"{project.id}\s+email\s+scheduled\s+2", tables.output)
     assert "Queues" in tables.output and "Providers" in tables.output and "Dead letters: 0" in tables.output
+    assert re.search(rf"{project.id}\s+email\s+2\s+250000\s", tables.output)  # the deployment's quota
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
