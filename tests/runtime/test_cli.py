@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import text
 
 from app.runtime.cli import main
-from tests.conftest import ADMIN_KEY, bearer, email
+from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 
 @pytest.fixture
@@ -91,6 +91,12 @@ def test_send_follows_a_notification_to_sent(tidings, project, fake_provider):
     assert "status sent" in result.output
     assert fake_provider.count(message_id) == 1
     fails_with_one_line(tidings("send", "--project", "no-such-project", "--to", "ada@example.com"), "No project")
+
+
+def test_send_counts_against_the_projects_daily_quota(tidings, client):
+    spent = create_project(client, settings={"daily_quota": {"email": 0}})
+    refused = tidings("send", "--project", spent.id, "--to", "ada@example.com")
+    fails_with_one_line(refused, "daily email quota has 0 of 0 left")
 
 
 def test_digest_as_tables_and_as_json(tidings, project, engine):
