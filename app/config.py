@@ -29,6 +29,7 @@ DELIVERING_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH, Channel.WEBHOOK
 MAX_COUNTDOWN = 15 * 60
 # Beyond this a waiting send would be late by any measure; the default is a few milliseconds.
 MAX_PREPARE_LINGER_MS = 10_000
+DEFAULT_DAILY_QUOTAS = {Channel.EMAIL: 250_000}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ class Settings:
     # Seconds an accepted single send may wait for others to share its prepare task
     # (app/delivery/coalescer.py); a send after a quiet spell does not wait at all.
     prepare_linger: float = 0.05
+    # Messages a project may have accepted per channel and day, unless its settings say
+    # otherwise (app/access/quota.py); a channel left out has no quota.
+    daily_quotas: Mapping[Channel, int] = field(default_factory=dict)
+    # Messages a minute a project's sends may carry, unless its settings say otherwise; None: no limit.
+    messages_per_min: int | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -147,6 +153,8 @@ class Settings:
             streams_per_project=_int(env, "STREAMS_PER_PROJECT", 8, minimum=1),
             streams_per_inbox_token=_int(env, "STREAMS_PER_INBOX_TOKEN", 2, minimum=1),
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
+            daily_quotas=_daily_quotas(env),
+            messages_per_min=_optional_int(env, "RATE_LIMIT_MESSAGES_PER_MINUTE", None, minimum=1),
             environ=env,
         )
 
@@ -243,6 +251,29 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum:
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
         raise ConfigError(f"{name} must be {bounds}; got {value}")
     return value
+
+
+def _optional_int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
+    """A whole number, or `none` for no limit at all."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "none":
+        return None
+    return _int(env, name, minimum, minimum)
+
+
+def _daily_quotas(env: Mapping[str, str]) -> dict[Channel, int]:
+    """`EMAIL_DAILY_QUOTA=250000`: each channel's default quota; `none` (and, but for email, unset) is none.
+
+    Email's default is GOV.UK Notify's, so a runaway loop cannot spend a month's provider
+    budget overnight; the other channels differ too much in cost to guess one.
+    """
+    quotas = {
+        channel: _optional_int(env, f"{channel.upper()}_DAILY_QUOTA", DEFAULT_DAILY_QUOTAS.get(channel), minimum=0)
+        for channel in Channel
+    }
+    return {channel: quota for channel, quota in quotas.items() if quota is not None}
 
 
 def _float(env: Mapping[str, str], name: str, default: float, minimum: float, maximum: float | None = None) -> float:

@@ -516,3 +516,17 @@ class MessageCountDelta(Base):
     channel: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16))
     delta: Mapped[int] = mapped_column(BigInteger)
+
+
+class QuotaGeneration(Base):
+    """Which of PostgreSQL's daily quota decisions a project's channel counts from (app/access/quota.py).
+
+    A new generation, from one sequence, with every decision PostgreSQL lets through when
+    Redis could not decide; a Redis counter is trusted only while it carries the latest.
+    """
+
+    __tablename__ = "quota_generations"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(16), primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)

@@ -48,6 +48,15 @@ def test_a_channel_lists_its_providers_in_failover_order():
     assert settings.public_url == "https://tidings.example.com"
 
 
+def test_daily_quotas_and_the_message_limit_default_per_channel():
+    defaults = Settings.from_env(GOOD)
+    assert (defaults.daily_quotas, defaults.messages_per_min) == ({Channel.EMAIL: 250_000}, None)
+    changed = Settings.from_env(
+        {**GOOD, "EMAIL_DAILY_QUOTA": "none", "SMS_DAILY_QUOTA": "1000", "RATE_LIMIT_MESSAGES_PER_MINUTE": "600"}
+    )
+    assert (changed.daily_quotas, changed.messages_per_min) == ({Channel.SMS: 1000}, 600)
+
+
 def test_broker_may_be_rabbitmq():
     settings = Settings.from_env({**GOOD, "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"})
     assert settings.broker_url.startswith("amqp://")
@@ -106,6 +115,9 @@ def test_broker_may_be_rabbitmq():
         ({"PREPARE_LINGER_MS": "2.5"}, "PREPARE_LINGER_MS must be a whole number; got '2.5'"),
         ({"PREPARE_LINGER_MS": "-1"}, "PREPARE_LINGER_MS must be from 0 to 10000; got -1"),
         ({"PREPARE_LINGER_MS": "60000"}, "PREPARE_LINGER_MS must be from 0 to 10000; got 60000"),
+        ({"EMAIL_DAILY_QUOTA": "lots"}, "EMAIL_DAILY_QUOTA must be a whole number; got 'lots'"),
+        ({"IN_APP_DAILY_QUOTA": "-5"}, "IN_APP_DAILY_QUOTA must be at least 0; got -5"),
+        ({"RATE_LIMIT_MESSAGES_PER_MINUTE": "0"}, "RATE_LIMIT_MESSAGES_PER_MINUTE must be at least 1; got 0"),
         (
             {"TIDINGS_PUBLIC_URL": "tidings.example.com"},
             "TIDINGS_PUBLIC_URL must start with one of http://, https://; got 'tidings.example.com'",

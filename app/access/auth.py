@@ -11,13 +11,15 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from flask import g, request
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.access.limits import SendLimits, send_limits
+from app.config import current_settings
 from app.enums import KeyKind
 from app.errors import abort
 from app.models import ApiKey, Project
@@ -33,6 +35,7 @@ class Caller:
     channels: tuple[str, ...]
     rate_limit_per_min: int | None
     key_kind: KeyKind
+    limits: SendLimits = field(default_factory=SendLimits)
 
     @property
     def is_test(self) -> bool:
@@ -57,24 +60,28 @@ def bearer_token() -> str | None:
 
 def find_caller(session: Session, token: str) -> Caller | None:
     row = session.execute(
-        select(Project.id, Project.channels, Project.rate_limit_per_min, ApiKey.kind)
+        select(Project.id, Project.channels, Project.rate_limit_per_min, Project.settings, ApiKey.kind)
         .join(ApiKey, ApiKey.project_id == Project.id)
         .where(ApiKey.key_hash == hash_key(token), ApiKey.revoked_at.is_(None))
     ).first()
     if row is None:
         return None
-    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind))
+    limits = send_limits(row.settings, current_settings())
+    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind), limits)
 
 
 def find_project_caller(session: Session, project_id: str) -> Caller | None:
     """Who a subscriber token of `project_id` acts as: the project, as a live key would
     (the token itself opens one subscriber's inbox only); None once the project is gone."""
     row = session.execute(
-        select(Project.id, Project.channels, Project.rate_limit_per_min).where(Project.id == project_id)
+        select(Project.id, Project.channels, Project.rate_limit_per_min, Project.settings).where(
+            Project.id == project_id
+        )
     ).first()
     if row is None:
         return None
-    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind.LIVE)
+    limits = send_limits(row.settings, current_settings())
+    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind.LIVE, limits)
 
 
 def bearer_is(secret: str) -> bool:

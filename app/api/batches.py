@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import g
 
-from app.api import idempotency
+from app.api import idempotency, limits
 from app.api.context import context
 from app.api.project import large_body, project_blueprint
 from app.schemas.batches import BatchAcceptedSchema, BatchSchema, BatchSendSchema
@@ -17,14 +17,17 @@ blp = project_blueprint("batches", __name__, description="Send one notification 
 
 @blp.route("/messages/batch", methods=["POST"])
 @blp.arguments(BatchSendSchema)
-@blp.response(202, BatchAcceptedSchema)
+@blp.response(202, BatchAcceptedSchema, headers=limits.SEND_HEADERS)
 @blp.alt_response(409)
+@blp.alt_response(429, **limits.LIMIT_REACHED)
 @large_body
 def send_batch(data: dict[str, Any]):
     """Send to 1 to 10,000 recipients; bad rows are answered by index, the good ones sent.
 
     Each recipient's `data` is merged over the shared `data`. No valid recipient → 422.
-    Same Idempotency-Key and body → the original answer.
+    Same Idempotency-Key and body → the original answer. Each valid recipient counts one
+    message against the project's messages a minute and the channel's daily quota; a batch
+    either has no room for is refused whole (429), with how many remain.
     """
     key = idempotency.key_from_request()
     accepted = batches.send_batch(context().db, g.caller, data, idempotency.guarded_body(key), key)

@@ -31,6 +31,6 @@ def guarded_body(key: str | None) -> Any:
 
 
 def answer(accepted: Accepted) -> tuple[dict[str, Any], int, dict[str, str]]:
-    """202 with the body; a replay says so in a header, its body being the original one."""
-    headers = {"Idempotent-Replayed": "true"} if accepted.replayed else {}
+    """202 with the body and the limits' headers; a replay says so in a header, its body being the original one."""
+    headers = {"Idempotent-Replayed": "true"} if accepted.replayed else dict(accepted.headers)
     return accepted.body, 202, headers

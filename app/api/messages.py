@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import g
 
-from app.api import idempotency, simulated
+from app.api import idempotency, limits, simulated
 from app.api.context import context
 from app.api.project import large_body_with, project_blueprint
 from app.observability import logs
@@ -16,7 +16,8 @@ from app.services import messages
 # The spec's description of a send; the docstring's would be replaced by the simulated recipients' table.
 SEND_DESCRIPTION = (
     "Bodies up to 1 MiB, or 16 MiB with attachments. cc and bcc addresses each get a message of their own, "
-    "listed in `copies`."
+    "listed in `copies`. Each message counts against the project's messages a minute and the channel's daily "
+    "quota (a replay counts nothing); over either → 429 with `Retry-After`."
 )
 
 blp = project_blueprint("messages", __name__, description="Send notifications and follow them.")
@@ -24,8 +25,9 @@ blp = project_blueprint("messages", __name__, description="Send notifications an
 
 @blp.route("/messages", methods=["POST"])
 @blp.arguments(SendSchema)
-@blp.response(202, AcceptedSchema)
+@blp.response(202, AcceptedSchema, headers=limits.SEND_HEADERS)
 @blp.alt_response(409)
+@blp.alt_response(429, **limits.LIMIT_REACHED)
 @large_body_with("attachments")
 @blp.doc(description=f"{SEND_DESCRIPTION}\n\n{simulated.DESCRIPTION}")
 def send(data: dict[str, Any]):

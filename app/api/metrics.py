@@ -1,10 +1,10 @@
 """`/metrics`: Prometheus text for the whole fleet.
 
 Nothing here is per process: workers add their counts and histograms to Redis
-(app/observability/counters.py), beat stores the backlog gauges (app/observability/gauges.py), and provider pause and
-breaker state is read where the workers keep it. So one scrape of any API process sees
-every worker on every machine, however many prefork children or autoscaled workers
-came and went.
+(app/observability/counters.py), beat stores the backlog gauges (app/observability/gauges.py), provider pause and
+breaker state is read where the workers keep it, and daily quota use where the API counts it
+(app/observability/quota_usage.py). So one scrape of any API process sees every worker on
+every machine, however many prefork children or autoscaled workers came and went.
 
 With METRICS_TOKEN set, a scrape must bring it as a bearer token: the numbers name
 projects and providers, and the API may face the internet.
@@ -24,6 +24,7 @@ from app.api.context import Context, context
 from app.api.requests import request_tally
 from app.observability.counters import RedisCounterCollector
 from app.observability.gauges import GaugeCollector
+from app.observability.quota_usage import QuotaUsageCollector
 from app.services.operations import BREAKER_STATES, provider_states
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics.")
@@ -58,6 +59,11 @@ def metrics() -> Response:
         unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
     request_tally.flush(ctx.redis)
     registry = CollectorRegistry(auto_describe=False)
-    for collector in (RedisCounterCollector(ctx.redis), GaugeCollector(ctx.redis), ProviderStateCollector(ctx)):
+    for collector in (
+        RedisCounterCollector(ctx.redis),
+        GaugeCollector(ctx.redis),
+        ProviderStateCollector(ctx),
+        QuotaUsageCollector(ctx.redis),
+    ):
         registry.register(collector)
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -152,6 +152,7 @@ def keys_revoke(project: str, key_id: str) -> None:
 def send(project: str, address: str, channel: str, subject: str, body: str, test_key: bool, wait: float) -> None:
     """Send one test notification through the whole pipeline."""
     from app.access.auth import Caller
+    from app.access.limits import send_limits
     from app.enums import KeyKind
     from app.schemas.core import ADDRESS_FOR_CHANNEL, SendSchema
     from app.services import messages
@@ -164,7 +165,9 @@ def send(project: str, address: str, channel: str, subject: str, body: str, test
         raw["content"] = {"text": body}
     data = load(SendSchema(), raw)
     found = service.get_project(ops.db, project)
-    caller = Caller(found.id, tuple(found.channels), None, KeyKind.TEST if test_key else KeyKind.LIVE)
+    key_kind = KeyKind.TEST if test_key else KeyKind.LIVE
+    # The project's limits, as its own keys have them: an operator's send counts like any other.
+    caller = Caller(found.id, tuple(found.channels), None, key_kind, send_limits(found.settings, ops.settings))
     message_id = messages.accept(ops.db, caller, data, raw, None).body["id"]
     click.echo(f"accepted {message_id}")
     deadline = time.monotonic() + wait
@@ -211,11 +214,14 @@ def digest(since: str | None, project: str | None, as_json: bool) -> None:
     dead = answer["dead_letters"]
     click.echo(f"\nDead letters: {dead['total']}")
     table([(row["project"], row["count"]) for row in dead["by_project"]], ("PROJECT", "DEAD"))
+    click.echo("\nDaily quotas used today")
+    table([(q["project"], q["channel"], q["used"], q["limit"], q["resets_at"]) for q in answer["quotas"]], _QUOTAS)
 
 
 _COUNTS = ("PROJECT", "CHANNEL", "STATUS", "COUNT")
 _LANES = ("LANE", "MESSAGES", "OLDEST (s)")
 _PROVIDERS = ("PROVIDER", "CHANNELS", "RATE/S", "PAUSED", "BREAKER")
+_QUOTAS = ("PROJECT", "CHANNEL", "USED", "QUOTA", "RESETS AT")
 
 
 def _provider_row(state: dict[str, Any]) -> tuple[Any, ...]:

@@ -6,13 +6,12 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates
 
-from app.delivery.policy import is_time_zone
 from app.enums import Channel, SuppressionReason
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.core import E164, MAX_TEXT, QuietHoursSchema, category_switches, channel_switches, locale_field
 from app.schemas.email import MAX_REPLY_TO, SenderSchema, address_list
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
-from app.schemas.times import UtcDateTime
+from app.schemas.times import UtcDateTime, time_zone
 
 EXTERNAL_ID = validate.Length(1, 255)
 TEMPLATE_KEY = validate.Regexp(r"^[A-Za-z0-9_.-]{1,128}$", error="Use 1 to 128 of A-Z, a-z, 0-9, _ . and -.")
@@ -73,17 +72,14 @@ class SubscriberSchema(Schema):
         },
     )
     locale = locale_field(allow_none=True, load_default=None)
-    timezone = fields.String(allow_none=True, load_default=None, metadata={"example": "Europe/Berlin"})
+    timezone = fields.String(
+        allow_none=True, load_default=None, validate=time_zone, metadata={"example": "Europe/Berlin"}
+    )
     data = SubscriberData(keys=fields.String(), load_default=dict)
 
     @pre_load
     def strip(self, data: Any, **_: Any) -> Any:
         return strip_strings(data)
-
-    @validates("timezone")
-    def known_time_zone(self, value: str | None, **_: Any) -> None:
-        if value is not None and not is_time_zone(value):
-            raise ValidationError("Not an IANA time zone like Europe/Berlin.")
 
 
 class SubscriberImportRowSchema(SubscriberSchema):

@@ -19,7 +19,7 @@ from app.schemas.email import (
     verified_senders_field,
 )
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
-from app.schemas.times import UtcDateTime
+from app.schemas.times import UtcDateTime, time_zone
 
 E164 = r"^\+[1-9][0-9]{6,14}$"
 PROJECT_ID = r"^[a-z0-9-]{1,64}$"
@@ -126,6 +126,34 @@ class ProjectSettingsSchema(Schema):
         },
     )
     verified_senders = verified_senders_field()
+    daily_quota = fields.Dict(
+        keys=fields.String(validate=validate.OneOf(CHANNEL_NAMES)),
+        values=fields.Integer(allow_none=True, validate=validate.Range(min=0)),
+        load_default=dict,
+        dump_default=dict,
+        metadata={
+            "description": "Messages per channel the project may have accepted per day (test keys' aside); "
+            "null: no quota. A channel left out has the deployment's (EMAIL_DAILY_QUOTA, …).",
+            "example": {"email": 250000, "sms": 10000},
+        },
+    )
+    quota_timezone = fields.String(
+        load_default="UTC",
+        dump_default="UTC",
+        validate=time_zone,
+        metadata={
+            "description": "Where the daily quota's day ends: it resets at midnight there.",
+            "example": "Asia/Tokyo",
+        },
+    )
+    messages_per_min = fields.Integer(
+        allow_none=True,
+        validate=validate.Range(min=1),
+        metadata={
+            "description": "Messages a minute the project's sends may carry (a batch counts each recipient); "
+            "null: no limit. Left out: the deployment's (RATE_LIMIT_MESSAGES_PER_MINUTE)."
+        },
+    )
 
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.
@@ -543,6 +571,15 @@ class DeadLettersSchema(Schema):
     by_project = fields.List(fields.Nested(ProjectCountSchema))
 
 
+class QuotaUseSchema(Schema):
+    project = fields.String()
+    channel = fields.String()
+    used = fields.Integer(metadata={"description": "Messages counted against the quota today."})
+    limit = fields.Integer(metadata={"description": "The quota, as of the last send."})
+    remaining = fields.Integer()
+    resets_at = fields.DateTime(metadata={"description": "Midnight in the project's quota_timezone."})
+
+
 class DigestSchema(Schema):
     generated_at = fields.DateTime()
     since = fields.DateTime()
@@ -554,3 +591,7 @@ class DigestSchema(Schema):
     lanes = fields.List(fields.Nested(LaneSchema))
     providers = fields.List(fields.Nested(ProviderStateSchema))
     dead_letters = fields.Nested(DeadLettersSchema, metadata={"description": "Dead letters of all time."})
+    quotas = fields.List(
+        fields.Nested(QuotaUseSchema),
+        metadata={"description": "Daily quota use of each project's channels that sent today."},
+    )

@@ -1,11 +1,13 @@
-"""Times from outside, as PostgreSQL stores them: in UTC, within the years Python can hold."""
+"""Times from outside, as PostgreSQL stores them: in UTC, within the years Python can hold; and time zones."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from marshmallow import fields
+from marshmallow import ValidationError, fields
+
+from app.delivery.policy import is_time_zone
 
 
 class UtcDateTime(fields.AwareDateTime):
@@ -24,3 +26,9 @@ class UtcDateTime(fields.AwareDateTime):
             return aware.astimezone(UTC)
         except OverflowError:
             raise self.make_error("range") from None
+
+
+def time_zone(value: str) -> None:
+    """An IANA name, checked against the zone database the clocks will read it from."""
+    if not is_time_zone(value):
+        raise ValidationError("Not an IANA time zone like Europe/Berlin.")

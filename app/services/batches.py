@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.access import admission
 from app.access.auth import Caller
 from app.db import enqueue_after_commit
 from app.delivery import dispatch
@@ -100,7 +101,8 @@ def send_batch(
     """Record a message per valid recipient and, once committed, hand them to the pipeline.
 
     Nothing is written unless at least one row is valid. With an Idempotency-Key the batch
-    row is inserted first, so a replay writes no message and answers the stored body.
+    row is inserted first, so a replay writes no message and answers the stored body. A batch
+    the project's limits have no room for is refused whole, before its messages are copied.
     """
     channel: Channel = data["channel"]
     check_channel_enabled(caller, channel)
@@ -121,11 +123,12 @@ def send_batch(
         common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key):
             return _replay(session, caller, idempotency_key, raw_body)
+        limits = admission.admit(session, caller, channel, len(recipients) + len(duplicates))
         ids = intake.copy_messages(session, caller.project_id, common, recipients + duplicates)
         if common.status is MessageStatus.ACCEPTED:
             for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
                 enqueue_after_commit(session, signature)
-    return Accepted(body, replayed=False)
+    return Accepted(body, replayed=False, headers=limits)
 
 
 def check_copies_fit(data: dict[str, Any]) -> None:

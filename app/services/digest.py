@@ -5,7 +5,7 @@ answer costs the number of (period, project, channel, status) cells in the windo
 the number of messages. Cells are hours for the last two days and days before that
 (app/observability/rollup.py), so `since` is cut to the hour, or to the day when it is older; the
 answer says which. The backlog is read from the partial index of active messages and
-from the broker; throughput from Redis.
+from the broker; throughput and daily quota use from Redis.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from app.config import Settings
 from app.delivery.backlog import pending_lanes, queue_depths
 from app.delivery.queues import all_queues
 from app.observability import throughput
+from app.observability.quota_usage import current_usage
 from app.observability.rollup import HOURLY_DAYS
 from app.services import operations, projects
 
@@ -76,6 +77,7 @@ def digest(
             "total": sum(row["count"] for row in dead),
             "by_project": [{"project": name, "count": n} for name, n in sorted(_sum_by(dead, "project").items())],
         },
+        "quotas": current_usage(client, project),
     }
 
 

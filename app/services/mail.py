@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.access import admission
 from app.access.auth import Caller
 from app.content.addresses import normalise_address
 from app.content.mime import Mail
@@ -36,7 +37,8 @@ def accept_mail(
     """Record `mail` once per distinct recipient in one statement; the new message ids.
 
     Attachments are refused up front when a provider the mail may reach cannot carry them:
-    sending the words without the files would lose what the sender was told was accepted.
+    sending the words without the files would lose what the sender was told was accepted. A
+    message the project's limits have no room for raises LimitReached, for every recipient.
     """
     if mail.attachments and (refusing := without_files(providers_for_email(chains, caller.is_test))):
         raise FilesNotCarried(files_refusal(refusing))
@@ -55,6 +57,7 @@ def accept_mail(
     )
     addresses = dict.fromkeys(normalise_address("email", address) for address in recipients)
     with db.begin() as session:
+        admission.admit(session, caller, Channel.EMAIL, len(addresses))
         inserted = intake.insert_messages(
             session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
         )

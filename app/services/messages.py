@@ -5,14 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.access import admission
 from app.access.auth import Caller
 from app.delivery import coalescer, device_store, store
 from app.delivery.event_log import sent_data
@@ -30,6 +31,8 @@ INVALID = "Invalid request."
 class Accepted:
     body: dict[str, Any]
     replayed: bool
+    # Where the send left the project's limits (app/access/admission.py); none on a replay.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def accept(
@@ -47,7 +50,8 @@ def accept(
 
     Each cc and bcc address gets a message of its own in the same statement (see
     app/services/email_extras.py), guarded by a key derived from the send's, so a replay
-    inserts none of them either.
+    inserts none of them either. The limits are taken once the insert says it is no replay,
+    a message for each copy too; a refusal rolls the insert back.
     """
     check_channel_enabled(caller, data["channel"])
     kind, value = next(iter(data["to"].items()))
@@ -71,12 +75,13 @@ def accept(
         row = next((row for row in inserted if row.to_address not in copied), None)
         if row is None:  # the key was used before (copies it did not have are rolled back by a 409)
             return _replay(session, caller, idempotency_key, raw_body, copies)
+        limits = admission.admit(session, caller, data["channel"], len(inserted), written=True)
     if status is MessageStatus.ACCEPTED:
         coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"])
     body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}
     if copies:
         body["copies"] = copies_answer(copies, {r.to_address: str(r.id) for r in inserted if r is not row})
-    return Accepted(body, replayed=False)
+    return Accepted(body, replayed=False, headers=limits)
 
 
 def copy_key(idempotency_key: str | None, address: str) -> str | None:

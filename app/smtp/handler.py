@@ -19,6 +19,7 @@ from marshmallow import ValidationError, validate
 
 from app.access.auth import Caller, find_caller
 from app.access.ratelimit import ApiRateLimiter
+from app.access.refusals import LimitReached, LimitUnknown
 from app.config import Settings
 from app.content.mime import Malformed, read_mail
 from app.db import session_factory
@@ -123,6 +124,8 @@ class Ingress:
             return f"554 5.6.0 Malformed message: {reply_text(error)}"
         except FilesNotCarried as error:
             return f"554 5.6.1 Attachments cannot be sent: {reply_text(error)}"
+        except (LimitReached, LimitUnknown) as error:
+            return f"451 4.7.1 {reply_text(error.description)} Try again in {error.retry_after} seconds"
         except Exception:
             logger.exception("could not store a message received over SMTP")
             return "451 4.3.0 The message could not be stored; try again later"
@@ -135,6 +138,6 @@ class Ingress:
         return accept_mail(self.db, caller, recipients, read_mail(raw), self.settings.chains)
 
 
-def reply_text(error: Exception) -> str:
-    """An error's text fit for an SMTP reply: one line of ASCII, not too long."""
+def reply_text(error: object) -> str:
+    """An error's text (or any text) fit for an SMTP reply: one line of ASCII, not too long."""
     return " ".join(str(error).split()).encode("ascii", errors="replace").decode()[:MAX_REASON]

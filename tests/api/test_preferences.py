@@ -72,6 +72,8 @@ SETTINGS = {
 
 
 UNTRACKED = {"opens": False, "clicks": False, "transactional": True}
+# A project's limits when its settings leave them out: the deployment's quotas, reset at UTC midnight.
+LIMITS = {"daily_quota": {}, "quota_timezone": "UTC"}
 
 
 def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
@@ -83,6 +85,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "tracking": UNTRACKED,
         "retention_days": 30,
         "webhook_allowed_networks": [],
+        **LIMITS,
     }
     project_id = created.get_json()["id"]
     patched = client.patch(
@@ -97,6 +100,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "tracking": UNTRACKED,
         "retention_days": 30,
         "webhook_allowed_networks": [],
+        **LIMITS,
     }
     plain = client.post("/v1/admin/projects", json={"name": "Plain"}, headers=admin).get_json()
     assert plain["settings"] == {
@@ -106,6 +110,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "tracking": UNTRACKED,
         "retention_days": 30,
         "webhook_allowed_networks": [],
+        **LIMITS,
     }
 
 
@@ -157,4 +162,7 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "tracking",
         "retention_days",
         "webhook_allowed_networks",
+        "daily_quota",
+        "quota_timezone",
+        "messages_per_min",
     }

@@ -1,10 +1,20 @@
-"""The per-project API rate limit: shared in Redis, with headers.
+"""The per-project API rate limits, requests and messages a minute: shared in Redis, with headers.
 
 Failing open when Redis is down is proven with a real API process in tests/faults.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from flask.testing import FlaskClient
+
+from app.api import create_app
+from tasks.celery_app import configure
+from tests.api.test_batches import batch, post_batch, stored
+from tests.api.test_quotas import recipients
 from tests.conftest import create_project, email
 
 
@@ -37,3 +47,47 @@ def test_limits_are_per_project(client):
 
 def test_project_without_a_limit_has_no_headers(project):
     assert "RateLimit-Limit" not in project.send(email()).headers
+
+
+def test_a_batch_costs_each_of_its_messages_against_the_message_limit(client, engine):
+    project = create_project(client, settings={"messages_per_min": 10})
+    first = post_batch(project, batch(recipients(8)))
+    assert (first.status_code, first.headers["RateLimit-Messages-Remaining"]) == (202, "2")
+    before = stored(engine, project.id)
+    refused = post_batch(project, batch(recipients(3)))
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert refused.headers["Retry-After"] == refused.headers["RateLimit-Messages-Reset"]
+    assert refused.get_json()["errors"]["messages_per_min"] == {"limit": 10, "remaining": 2, "requested": 3}
+    assert stored(engine, project.id) == before
+    assert [project.send(email()).status_code for _ in range(3)] == [202, 202, 429]
+
+
+def test_a_batch_larger_than_the_message_limit_is_told_it_never_fits(client):
+    project = create_project(client, settings={"messages_per_min": 5})
+    refused = post_batch(project, batch(recipients(6)))
+    assert refused.status_code == 429
+    assert "can never fit" in refused.get_json()["message"]
+
+
+def test_what_a_refused_send_took_from_the_minute_is_given_back(client):
+    project = create_project(client, settings={"messages_per_min": 100, "daily_quota": {"email": 5}})
+    assert post_batch(project, batch(recipients(10))).status_code == 429  # the daily quota refuses it
+    fits = post_batch(project, batch(recipients(5)))
+    assert (fits.status_code, fits.headers["RateLimit-Messages-Remaining"]) == (202, "95")
+
+
+@pytest.fixture
+def limited_deployment(migrated, fake_provider) -> Iterator[FlaskClient]:
+    """An API whose deployment allows 2 messages a minute per project; the session's settings after."""
+    try:
+        yield create_app(replace(migrated, messages_per_min=2)).test_client()
+    finally:
+        configure(migrated)
+
+
+def test_the_deployments_message_limit_applies_unless_a_project_says_otherwise(limited_deployment):
+    default = create_project(limited_deployment)
+    assert [default.send(email()).status_code for _ in range(3)] == [202, 202, 429]
+    unlimited = create_project(limited_deployment, settings={"messages_per_min": None})
+    assert [unlimited.send(email()).status_code for _ in range(3)] == [202] * 3

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import text
 
 from app.runtime.cli import main
-from tests.conftest import ADMIN_KEY, bearer, email
+from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 
 @pytest.fixture
@@ -93,6 +93,12 @@ def test_send_follows_a_notification_to_sent(tidings, project, fake_provider):
     fails_with_one_line(tidings("send", "--project", "no-such-project", "--to", "ada@example.com"), "No project")
 
 
+def test_send_counts_against_the_projects_daily_quota(tidings, client):
+    spent = create_project(client, settings={"daily_quota": {"email": 0}})
+    refused = tidings("send", "--project", spent.id, "--to", "ada@example.com")
+    fails_with_one_line(refused, "daily email quota has 0 of 0 left")
+
+
 def test_digest_as_tables_and_as_json(tidings, project, engine):
     later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     ids = [project.send(email(scheduled_at=later)).get_json()["id"] for _ in range(2)]
@@ -104,6 +110,7 @@ def test_digest_as_tables_and_as_json(tidings, project, engine):
     assert tables.exit_code == 0, tables.output
     assert re.search(rf"{project.id}\s+email\s+scheduled\s+2", tables.output)
     assert "Queues" in tables.output and "Providers" in tables.output and "Dead letters: 0" in tables.output
+    assert re.search(rf"{project.id}\s+email\s+2\s+250000\s", tables.output)  # the deployment's quota
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}

@@ -287,6 +287,20 @@ def test_a_project_over_its_rate_limit_is_451(smtp, client, engine):
         assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": limited.id}) == 2
 
 
+def test_a_message_over_the_daily_quota_is_451_for_every_recipient(smtp, client, engine):
+    limited = create_project(client, settings={"daily_quota": {"email": 3}})
+    with smtp.login(limited.live_key) as connection:
+        connection.sendmail("billing@app.example", ["a@example.com", "b@example.com"], mail().as_bytes())
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            connection.sendmail("billing@app.example", ["c@example.com", "d@example.com"], mail().as_bytes())
+    assert refused.value.smtp_code == 451
+    reply = refused.value.smtp_error.decode()
+    assert reply.startswith("4.7.1 The project's daily email quota has 1 of 3 left until ")
+    assert reply.endswith(" seconds")
+    with engine.connect() as db:
+        assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": limited.id}) == 2
+
+
 def test_a_project_without_email_is_550(smtp, client):
     sms_only = create_project(client, channels=["sms"])
     with smtp.login(sms_only.live_key) as connection, pytest.raises(smtplib.SMTPSenderRefused) as refused:

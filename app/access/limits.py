@@ -1,0 +1,39 @@
+"""What a project may send in a minute and in a day: its own settings over the deployment's.
+
+Resolved when a key is looked up, so the cached caller carries them (app/access/caller_cache.py)
+and a change by an operator reaches every API process with the next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import Settings
+from app.enums import Channel
+
+
+@dataclass(frozen=True)
+class SendLimits:
+    """A project's limits on messages; no entry (or None) is no limit."""
+
+    daily_quota: tuple[tuple[Channel, int], ...] = ()
+    quota_timezone: str = "UTC"
+    messages_per_min: int | None = None
+
+    def quota_for(self, channel: Channel) -> int | None:
+        return dict(self.daily_quota).get(channel)
+
+
+def send_limits(project_settings: Mapping[str, Any] | None, deployment: Settings) -> SendLimits:
+    """A project's settings name a quota per channel (null: none) and the message limit (null:
+    none); what they leave out is the deployment's (EMAIL_DAILY_QUOTA, …, RATE_LIMIT_MESSAGES_PER_MINUTE)."""
+    own = project_settings or {}
+    quotas: dict[Channel, int | None] = {**deployment.daily_quotas}
+    quotas.update({Channel(name): quota for name, quota in (own.get("daily_quota") or {}).items()})
+    return SendLimits(
+        daily_quota=tuple(sorted((channel, quota) for channel, quota in quotas.items() if quota is not None)),
+        quota_timezone=own.get("quota_timezone") or "UTC",
+        messages_per_min=own.get("messages_per_min", deployment.messages_per_min),
+    )
