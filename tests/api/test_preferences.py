@@ -72,8 +72,9 @@ SETTINGS = {
 
 
 UNTRACKED = {"opens": False, "clicks": False, "transactional": True}
-# A project's limits when its settings leave them out: the deployment's quotas, reset at UTC midnight.
-LIMITS = {"daily_quota": {}, "quota_timezone": "UTC"}
+# What a project's settings hold when they leave them out: the deployment's quotas, reset at
+# UTC midnight, and no sender of its own yet.
+LIMITS = {"daily_quota": {}, "quota_timezone": "UTC", "verified_senders": []}
 
 
 def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
@@ -165,4 +166,5 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "daily_quota",
         "quota_timezone",
         "messages_per_min",
+        "verified_senders",
     }

@@ -123,7 +123,8 @@ def test_resend_gets_files_in_its_form(acme, settings, httpserver):
         ids = ready(acme, invoice(cc=[], bcc=["audit@example.com"]))
         deliver("resend", ids)
     assert statuses(acme, ids) == ["sent", "sent"]
-    assert [request["to"] for request in ledger] == [["ada@example.com"], ["audit@example.com"]]
+    # A message with files is a request of its own, in whichever order the claim returned them.
+    assert sorted(request["to"] for request in ledger) == [["ada@example.com"], ["audit@example.com"]]
     for request in ledger:
         assert (request["from"], request["reply_to"], request["headers"]) == (
             SHOWN_SENDER,
