@@ -76,6 +76,18 @@ def test_a_batch_over_the_quota_is_refused_whole_with_what_remains(client, engin
     assert (fits.get_json()["accepted"], fits.headers["X-Quota-Remaining"]) == (3, "0")
 
 
+def test_every_copy_a_send_makes_counts_as_a_message(client, engine):
+    """cc and bcc addresses each get a message of their own (app/services/email_extras.py)."""
+    project = quota_project(client, 4)
+    answer = project.send(email(cc=["c@example.com"], bcc=["b@example.com"]))
+    assert (answer.status_code, answer.headers["X-Quota-Remaining"]) == (202, "1")
+    before = stored(engine, project.id)
+    refused = post_batch(project, {**batch(recipients(1)), "cc": ["c@example.com"]})
+    assert refused.status_code == 429
+    assert refused.get_json()["errors"]["daily_quota"]["requested"] == 2
+    assert stored(engine, project.id) == before
+
+
 def test_an_operator_raises_the_quota_for_the_next_request(client):
     project = quota_project(client, 1)
     assert [project.send(email()).status_code for _ in range(2)] == [202, 429]
