@@ -48,6 +48,9 @@ def configure(settings: Settings) -> Celery:
         # Ctrl-C twice (cold shutdown) still gives running batches this long to finish.
         worker_soft_shutdown_timeout=30,
         worker_cancel_long_running_tasks_on_connection_loss=True,
+        # Reconnect for as long as the broker is gone: Celery's default gives up after 100
+        # attempts (about 47 minutes, at most 30 s apart) and the worker exits.
+        broker_connection_max_retries=None,
         worker_hijack_root_logger=False,
         # Releasing due rows must be prompt; the sweep is a safety net.
         beat_schedule={

@@ -12,6 +12,7 @@ from celery import Celery
 
 from app.config import Settings, use_settings
 from app.delivery.queues import BEAT_QUEUE
+from app.delivery.redis_transport import TRANSPORT
 
 celery_app = Celery("tidings")
 
@@ -29,6 +30,9 @@ def configure(settings: Settings) -> Celery:
     celery_app.conf.update(
         broker_url=settings.broker_url,
         broker_transport_options=transport_options,
+        # kombu's Redis transport with the fix for a worker losing Redis (app/delivery/redis_transport.py);
+        # any other URL (amqp://, rediss://) picks its transport by scheme as before.
+        broker_transport=TRANSPORT if settings.broker_url.startswith("redis://") else None,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=2,
         # Tasks carry ids only and report through PostgreSQL: no results to keep.

@@ -1,0 +1,72 @@
+"""Redis dying under a worker's established connections: the same worker goes on delivering.
+
+A supervisor restarting a dead worker would hide the failure this guards against, so the
+test holds on to the one process it started and checks that it is the one delivering after
+Redis is back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.faults.stack import insert_accepted, statuses, wait_until_terminal
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float, worker: subprocess.Popen, log: Path) -> None:
+    """Poll `condition` until it holds; fail at once if the worker exits, or once `timeout` seconds have gone."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert worker.poll() is None, f"the worker exited waiting for {what}:\n{tail(log)}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def tail(log: Path) -> str:
+    """The end of the worker's log, for a failure to show what the worker said last."""
+    return log.read_text(errors="replace")[-4000:]
+
+
+# `tidings worker`'s own pool (threads) and compose's (prefork, autoscaled).
+POOLS = {"threads": (), "prefork": ("--pool", "prefork", "--autoscale", "4,2")}
+
+
+@pytest.mark.parametrize("pool", list(POOLS))
+def test_redis_killed_under_unacked_tasks_the_same_worker_delivers_afterwards(
+    make_stack, provider, engine, fault_project, pool
+):
+    provider.latency = 3.0  # a long call, so its task is still running (unacked) when Redis dies
+    stack = make_stack()
+    worker = stack.start_worker("worker", *POOLS[pool])
+    log = stack.directory / "worker.log"
+    broker = redis.Redis(port=stack.redis.port, socket_timeout=2)
+    before = insert_accepted(engine, fault_project, 20)
+    stack.publish_prepare(before)
+    # Late acknowledgement: the task stays in kombu's `unacked` hash while the provider call
+    # lasts. Its channel is closed (restoring it) and its ack comes after the loss: the
+    # worker used to die on both.
+    wait_for(
+        lambda: "sending" in statuses(engine, before).values() and broker.hlen("unacked") > 0,
+        "a delivery in flight at the provider, its task unacked",
+        30,
+        worker,
+        log,
+    )
+
+    stack.redis.stop(kill=True)  # SIGKILL, no persistence: the queues and the unacked hash are gone
+    wait_for(lambda: "Connection to broker lost" in log.read_text(errors="replace"), "the loss", 30, worker, log)
+    stack.redis.start()  # the same port, so the worker's reconnect loop finds it
+    wait_for(lambda: log.read_text(errors="replace").count("Connected to ") >= 2, "a reconnect", 60, worker, log)
+
+    after = insert_accepted(engine, fault_project, 5)
+    stack.publish_prepare(after)
+    seen = wait_until_terminal(engine, after, timeout=60)
+    assert worker.poll() is None, tail(log)
+    assert stack.processes["worker"].pid == worker.pid
+    assert set(seen.values()) == {"sent"}, seen
+    assert all(provider.count(message_id) == 1 for message_id in after)
