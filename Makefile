@@ -27,7 +27,7 @@ test: $(STAMP) ## The test suite (uses DATABASE_URL / REDIS_URL when set, embedd
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 fuzz: $(STAMP) ## Fuzz every API operation longer than the suite does (FUZZ_EXAMPLES per operation, 500)
-	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q tests/api/test_fuzz.py
+	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q --timeout=0 tests/api/test_fuzz.py
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check .

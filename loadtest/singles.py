@@ -148,17 +148,17 @@ def closed_loop(url: str, key: str, clients: int, seconds: float) -> Load:
     return load
 
 
-def fixed_rate(url: str, key: str, clients: int, rate: float, seconds: float) -> Load:
+def fixed_rate(url: str, key: str, clients: int, rate: float, seconds: float, patience: float = 2) -> Load:
     """`rate` sends a second for `seconds`, each at its own slot; client n takes every n-th slot.
 
-    A server that cannot keep up makes sends late; past twice the planned time the clients
-    stop, and the slots left are counted as skipped.
+    A server that cannot keep up makes sends late; past `patience` times the planned time the
+    clients stop, and the slots left are counted as skipped.
     """
     load, run = Load(), uuid.uuid4().hex[:8]
     senders = [Sender(url, key, f"{run}-{n}") for n in range(clients)]
     total = int(rate * seconds)
     started = time.perf_counter() + 0.1
-    give_up = started + 2 * seconds
+    give_up = started + patience * seconds
 
     def client(first: int, sender: Sender) -> None:
         for slot in range(first, total, clients):
@@ -234,7 +234,7 @@ SENT_LATENCY = text(
 def end_to_end(api: str, key: str, engine: Engine, project_id: str, args: argparse.Namespace) -> EndToEnd:
     """The fixed-rate load, then the wait for its last message (as long again as the load, or 30 s)."""
     with backlog_samples(engine, project_id) as backlog:
-        load = fixed_rate(api, key, args.clients, args.rate, args.e2e_seconds)
+        load = fixed_rate(api, key, args.clients, args.rate, args.e2e_seconds, args.patience)
         deadline = time.monotonic() + max(args.e2e_seconds, 30)
         with engine.connect() as connection:
             while progress.pending(connection, project_id) and time.monotonic() < deadline:
@@ -321,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30, help="length of each throughput run")
     parser.add_argument("--rate", type=float, default=400, help="sends a second in the end-to-end run")
     parser.add_argument("--e2e-seconds", type=float, default=60, help="length of the end-to-end run (0: skip it)")
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=2,
+        help="the end-to-end run skips the slots left after this many times its length (default 2)",
+    )
     parser.add_argument("--layout", choices=LAYOUTS, default="split", help="the Celery workers of the end-to-end run")
     parser.add_argument("--no-append", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
@@ -328,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need 1 <= clients <= 64, 1 <= seconds <= 600, 0 <= e2e-seconds <= 600")
     if not 1 <= args.rate <= 10_000:
         parser.error("need 1 <= rate <= 10,000")
+    if not 1 <= args.patience <= 100:
+        parser.error("need 1 <= patience <= 100")
     lines, whole = bench(args)
     body = "\n".join(lines)
     print(body)

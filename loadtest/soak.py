@@ -191,11 +191,13 @@ class Soak:
 
     def watch_for_lag(self, sample: Sample) -> None:
         """Set `behind` once the stack fell behind for two samples in a row while sending —
-        the backlog grew, or the API accepted less than the rate asked — after the step's
-        warm-up: for the first retry wait, the sends parked for their retry pile up to their
-        level at the new rate, a growth that stops by itself."""
+        the backlog grew, or the API accepted less than the rate asked — over intervals that
+        began after the step's warm-up: for the first retry wait, the sends parked for their
+        retry pile up to their level at the new rate, a growth that stops by itself. A sample
+        whose interval began earlier also counts time at the old rate (or before the first
+        send) against the new one, and would call a step lost that was not."""
         samples = self.sampler.samples
-        if not sample.target or len(samples) < 2 or sample.at < self.warm_until:
+        if not sample.target or len(samples) < 2 or samples[-2].at < self.warm_until:
             return
         self.lagging = self.lagging + 1 if fell_behind(samples[-2], sample, self.args.sample_every) else 0
         if self.lagging >= 2:

@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from providers.log import LogProvider
 from tasks.celery_app import configure
 from tests.hostile_server import HostileServer
 from tests.provider_server import FakeProviderServer
+from tests.waiting import wait_until
 
 ADMIN_KEY = "test-admin-key-0123456789"
 TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown"}
@@ -236,12 +236,14 @@ class ProjectKeys:
         return self.client.get(f"/v1/messages/{message_id}", headers=bearer(key or self.live_key))
 
     def wait_for(self, message_id: str, statuses: set[str] = TERMINAL, timeout: float = 20) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.get(message_id).get_json()
-            if message["status"] in statuses or time.monotonic() > deadline:
-                return message
-            time.sleep(0.05)
+        """The message once its status is one of `statuses`; the test fails at the deadline with it."""
+        return wait_until(
+            lambda: self.get(message_id).get_json(),
+            lambda message: message["status"] in statuses,
+            timeout,
+            f"message {message_id} to be {' or '.join(sorted(statuses))}",
+            show=lambda message: message["status"],
+        )
 
 
 def create_project(client: FlaskClient, **fields: Any) -> ProjectKeys:

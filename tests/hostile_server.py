@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from tests.waiting import wait_until
+
 HOSTILE = ("endless", "bomb", "drip", "nul")
 ENDLESS_CHUNK = b"endless " * 8192  # 64 KiB
 BOMB_PATTERN = b"bomb " * 262144  # 1.25 MiB
@@ -74,10 +76,7 @@ class HostileServer:
 
     def wait_hung_up(self, behaviour: str, timeout: float = 10) -> None:
         """Wait until the client hung up on `behaviour`'s body; a server learns it on its next write."""
-        deadline = time.monotonic() + timeout
-        while not self.stats(behaviour).hung_up and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert self.stats(behaviour).hung_up, f"the client still reads {behaviour}"
+        wait_until(lambda: self.stats(behaviour).hung_up, bool, timeout, f"the client to hang up on {behaviour}")
 
     def _answer(self, behaviour: str, request: Request) -> Response:
         served = self.stats(behaviour)

@@ -3,7 +3,6 @@ to the provider (a real worker, the `log` provider for SMS)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from providers.log import LogProvider
 from tests.api.test_digest import digest, digest_counts
 from tests.api.test_errors import assert_error_shape
 from tests.conftest import bearer, create_project
+from tests.waiting import wait_until
 
 CONTENT = {"subject": "News", "text": "Issue 12"}
 
@@ -44,12 +44,15 @@ def stored(engine, project_id: str) -> dict[str, int]:
 
 
 def wait_for_counts(project, batch_id: str, expected: dict[str, int], timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = project.call("GET", f"/v1/batches/{batch_id}").get_json()
-        if answer["counts"] == expected or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.1)
+    """The batch once its counts are `expected`; the test fails at the deadline with the counts it saw."""
+    return wait_until(
+        lambda: project.call("GET", f"/v1/batches/{batch_id}").get_json(),
+        lambda answer: answer["counts"] == expected,
+        timeout,
+        f"batch {batch_id} counted {expected}",
+        every=0.1,
+        show=lambda answer: answer["counts"],
+    )
 
 
 def test_good_rows_are_sent_and_bad_rows_answered_by_index(project, engine):

@@ -8,7 +8,6 @@ or a stack's own embedded server for tests that restart it.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from sqlalchemy import Engine, text
 from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
 from tests.conftest import ADMIN_KEY, TERMINAL, bearer, make_env
+from tests.waiting import wait_until
 
 # Short clocks, so recovery happens within a test's patience.
 FAST_RECOVERY = {
@@ -143,13 +143,21 @@ def statuses(engine: Engine, ids: Iterable[str]) -> dict[str, str]:
 
 
 def wait_until_terminal(engine: Engine, ids: list[str], timeout: float) -> dict[str, str]:
-    """Poll until every message is terminal (or the time is up); the last statuses seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = statuses(engine, ids)
-        if all(status in TERMINAL for status in seen.values()) or time.monotonic() > deadline:
-            return seen
-        time.sleep(0.25)
+    """Every message's status once all are terminal; the test fails at the deadline with the
+    statuses it saw. A row that is missing is not terminal: it counts as `missing`, so a
+    message that vanished fails the wait instead of passing it."""
+
+    def tally(seen: dict[str, str]) -> dict[str, int]:
+        return dict(Counter(seen.get(i, "missing") for i in ids))
+
+    return wait_until(
+        lambda: statuses(engine, ids),
+        lambda seen: len(seen) == len(set(ids)) and all(status in TERMINAL for status in seen.values()),
+        timeout,
+        f"{len(ids)} messages to be terminal",
+        every=0.25,
+        show=tally,
+    )
 
 
 def assert_ledger_agrees(seen: dict[str, str], ledger, idempotent: bool) -> Counter:

@@ -15,6 +15,7 @@ import requests
 from tasks.backlog import queue_depths
 from tests.conftest import bearer, email
 from tests.faults.stack import Stack, api_project, assert_ledger_agrees, coalesced, wait_until_terminal
+from tests.waiting import wait_until
 
 LANE = "prepare.transactional"
 SENDS = 200
@@ -28,10 +29,8 @@ def send(api: str, key: str, http: requests.Session | None = None) -> str:
 
 
 def wait_for_published(api: str, messages: int, timeout: float = 30) -> tuple[float, float]:
-    deadline = time.monotonic() + timeout
-    while (counts := coalesced(api))[1] < messages and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return counts
+    """The coalescer's (tasks, messages) published once `messages` have been."""
+    return wait_until(lambda: coalesced(api), lambda counts: counts[1] >= messages, timeout, f"{messages} published")
 
 
 def queued(stack: Stack) -> int:

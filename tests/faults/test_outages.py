@@ -19,6 +19,7 @@ from tests.faults.stack import (
     new_project,
     wait_until_terminal,
 )
+from tests.waiting import wait_until
 
 
 def test_redis_lost_with_10000_queued_the_sweeper_delivers_them_all(make_stack, provider, engine, fault_project):
@@ -85,9 +86,10 @@ def test_postgres_restarted_mid_drain(make_stack, provider, tmp_path):
         stack.publish_prepare(ids)
         stack.start_beat()
         stack.start_worker("worker", "--concurrency", "2")
-        deadline = time.monotonic() + 30
-        while len(provider.delivered()) < 150 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # Mid-drain, or the restart tests nothing: before the drain began it would pass trivially.
+        wait_until(
+            lambda: len(provider.delivered()), lambda n: n >= 150, 30, "150 of 1000 delivered before the restart", 0.01
+        )
         pg_ctl(["-m", "immediate", "-w", "restart"], pgdata=server.pgdata, user=server.system_user)
         own.dispose()
         seen = wait_until_terminal(own, ids, timeout=90)

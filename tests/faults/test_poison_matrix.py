@@ -43,6 +43,7 @@ from tests.conftest import TERMINAL, WEBHOOK_ENVIRON, bearer
 from tests.faults.stack import ApiProject, Stack, api_project, coalesced
 from tests.hostile_server import HostileServer
 from tests.smtp_relay import Mailbox
+from tests.waiting import wait_until
 
 GOOD = 99
 POOLS = {
@@ -344,17 +345,24 @@ def send_singles(case: Case) -> tuple[float, float]:
 
 
 def settled(engine: Engine, projects: Sequence[str], count: int, timeout: float) -> list[Row]:
-    """Every message of `projects` once all `count` of them are final, or as they are when the time is up."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Every message of `projects` once all `count` of them are final; at the deadline the test fails with
+    their statuses."""
+
+    def rows() -> list[Row]:
         with engine.connect() as connection:
-            rows = connection.execute(
+            return connection.execute(
                 text("SELECT project_id, id::text, status, error FROM messages WHERE project_id = ANY(:p)"),
                 {"p": list(projects)},
             ).all()
-        if (len(rows) == count and all(row.status in TERMINAL for row in rows)) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.1)
+
+    return wait_until(
+        rows,
+        lambda seen: len(seen) == count and all(row.status in TERMINAL for row in seen),
+        timeout,
+        f"{count} messages to be final",
+        every=0.1,
+        show=lambda seen: dict(Counter(row.status for row in seen)),
+    )
 
 
 # How the 100 messages reach the API; a path that goes through the coalescer returns its counts from before.

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from tests.faults.stack import assert_ledger_agrees, insert_accepted, wait_until_terminal
 from tests.provider_server import json_response
+from tests.waiting import wait_until
 
 
 def test_429_pauses_the_provider_for_everyone_without_using_attempts(make_stack, provider, engine, fault_project):
@@ -29,8 +30,7 @@ def test_429_pauses_the_provider_for_everyone_without_using_attempts(make_stack,
     stack.start_beat()
     stack.start_worker("worker", "--concurrency", "2")
     stack.publish_prepare(ids)
-    while not first_429:
-        time.sleep(0.01)
+    wait_until(lambda: len(first_429), bool, 30, "the provider's first 429", 0.01)
     stack.publish_prepare(sms_ids, priority="transactional")
     other_provider = wait_until_terminal(engine, sms_ids, timeout=10)
     sms_done = time.time()
@@ -131,13 +131,17 @@ def test_transactional_overtakes_a_bulk_backlog(make_stack, provider, engine, fa
     stack.publish_prepare(bulk, priority="bulk")
     stack.start_beat()
     stack.start_worker()
-    while len(provider.delivered()) < 500:
-        time.sleep(0.01)
+    wait_until(lambda: len(provider.delivered()), lambda n: n >= 500, 60, "500 bulk delivered before the urgent", 0.01)
     published = time.time()
     stack.publish_prepare(urgent, priority="transactional")
     urgent_set = set(urgent)
-    while sum(1 for r in provider.delivered() if r.message_id in urgent_set) < len(urgent):
-        time.sleep(0.005)
+    wait_until(
+        lambda: sum(1 for r in provider.delivered() if r.message_id in urgent_set),
+        lambda n: n == len(urgent),
+        120,
+        f"all {len(urgent)} transactional delivered",
+        0.005,
+    )
     arrived = max(r.at for r in provider.delivered() if r.message_id in urgent_set)
     bulk_before = sum(1 for r in provider.delivered() if r.message_id not in urgent_set and r.at <= arrived)
     seen = wait_until_terminal(engine, bulk + urgent, timeout=180)

@@ -65,18 +65,25 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
 
 
 def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
-    ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "4s", "--max-rate", "15"]
+    # Steps of four samples, so each is judged on samples taken wholly inside it. The tiny soak
+    # above has every send of 20/s accepted and delivered: a stack that cannot hold 10/s is broken.
+    ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "8s", "--max-rate", "15"]
     out = soak(migrated, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
     [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
-    verdict = r"(?:sustainable rate: (\d+)/s|no rate held)"
-    steps = re.fullmatch(r"ramp: ((?:\d+/s held; )*)(\d+/s: fell behind; )?" + verdict, line)
+    steps = re.fullmatch(
+        r"ramp: ((?:\d+/s held; )*)(\d+/s: fell behind; )?(?:sustainable rate: (\d+)/s|no rate held)", line
+    )
     assert steps, line
     held = re.findall(r"(\d+)/s held", steps[1])
-    assert held == ["10", "15"][: len(held)]
-    if held:  # a busy machine may not even hold 10/s: then there is no soak to check
-        assert steps[3] == held[-1]
-        assert re.search(rf"^soak: {held[-1]}/s for 0m0\d\.\ds", out, re.MULTILINE), out
-        assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
+    assert held == ["10", "15"][: len(held)], line
+    assert held, f"not even 10/s held, so there was no soak:\n{out}"
+    assert steps[3] == held[-1]
+    # The soak at the rate that held: every send accepted, none lost, none dead.
+    rate, sends = int(held[-1]), int(held[-1]) * 6
+    assert re.search(rf"^soak: {rate}/s for 0m0\d\.\ds", out, re.MULTILINE), out
+    assert re.search(rf"^load: {sends} sends, .*; {sends} accepted, 0 refused$", out, re.MULTILINE), out
+    assert re.search(r"^dead letters: 0$", out, re.MULTILINE), out
+    assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
     assert re.search(r"^plot: .+/ramp-[\d-]+/soak\.png$", out, re.MULTILINE), out
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +12,7 @@ from app.config import ConfigError
 from app.observability import logs
 from tests.conftest import email
 from tests.provider_server import json_response
+from tests.waiting import wait_until
 
 
 class Lines(logging.Handler):
@@ -98,9 +98,13 @@ def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provide
     assert answer.headers["X-Request-ID"] == "req-trace-1"
     message_id = answer.get_json()["id"]
     assert project.wait_for(message_id)["status"] == "failed"
-    deadline = time.monotonic() + 10
-    while not any(ours_from_instrument(line, message_id) for line in lines.lines) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(
+        lambda: lines.lines,
+        lambda seen: any(ours_from_instrument(line, message_id) for line in seen),
+        10,
+        f"the delivery's log line for {message_id}",
+        show=len,
+    )
 
     access = next(line for line in lines.lines if line["logger"] == "tidings.access")
     assert (access["request_id"], access["project"], access["message_id"], access["status"]) == (

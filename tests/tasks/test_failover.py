@@ -4,7 +4,6 @@ webhook channel, whose every message has a tenant's own receiver, never trips on
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -19,6 +18,7 @@ from tasks.deliver import deliver
 from tests.conftest import ADMIN_KEY, WEBHOOK_ENVIRON, ProjectKeys, bearer, create_project, email, rerouted
 from tests.hostile_server import HostileServer
 from tests.provider_server import json_response
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -39,13 +39,6 @@ def unavailable(request):
 
 def providers(client) -> dict[str, dict]:
     return {p["name"]: p for p in client.get("/v1/admin/providers", headers=bearer(ADMIN_KEY)).get_json()}
-
-
-def wait_until(condition, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def counter(client, line: str) -> float:
@@ -77,7 +70,7 @@ def test_a_failing_primary_trips_and_traffic_moves_to_the_next_then_comes_back(
 
     # The primary recovers; once its cool-down is over, the next message is its probe.
     fake_provider.override = None
-    wait_until(lambda: providers(client)["fake"]["breaker"] == "half_open")
+    wait_until(lambda: providers(client)["fake"]["breaker"], lambda state: state == "half_open", 15, "fake half-open")
     back = project.wait_for(project.send(email("after the outage")).get_json()["id"])
     assert (back["status"], back["provider"]) == ("sent", "fake")
     assert providers(client)["fake"]["breaker"] == "closed"

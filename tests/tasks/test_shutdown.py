@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +19,7 @@ from app.enums import MessageStatus
 from tasks.deliver import decide_all, deliver, send_all, waiting_groups
 from tasks.shutdown import STOPPING, stopping
 from tests.faults.stack import ready_messages
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -63,11 +63,8 @@ def test_a_stopped_deliver_loses_nothing_and_sends_nothing_twice(engine, fake_pr
     STOPPING.clear()
     fake_provider.override = None
     deliver("fake", ids)
-    deadline = time.monotonic() + 20
-    while (final := outcome(engine, ids)) != [("sent", 1, 150)] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: outcome(engine, ids), lambda final: final == [("sent", 1, 150)], 20, "all 150 sent once")
     assert sorted(mine(fake_provider, ids)) == sorted(ids)
-    assert final == [("sent", 1, 150)]
 
 
 def mine(provider, ids: list[str]) -> list[str]:

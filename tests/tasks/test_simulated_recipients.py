@@ -6,9 +6,8 @@ deployment's (fake) providers, and the simulator's failures, pause and circuit s
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from tasks.celery_app import configure
 from tests.conftest import ProjectKeys, create_project
 from tests.provider_server import FakeProviderServer
 from tests.tasks.test_webhooks import Receiver, deliveries, endpoint
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -91,27 +91,25 @@ def rehearsal(client) -> ProjectKeys:
     return create_project(client, channels=["email", "sms", "push", "webhook"])
 
 
-def wait(condition: Callable[[], Any], timeout: float = 30) -> Any:
-    """The condition's value once it is truthy; the last one at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return value
-
-
 def settled(project: ProjectKeys, message_id: str, status: str, count: int) -> dict[str, Any]:
     """The message once it has its final status and every event of its timeline."""
-
-    def done() -> dict[str, Any] | None:
-        message = project.get(message_id).get_json()
-        return message if message["status"] == status and len(message["events"]) >= count else None
-
-    return wait(done) or project.get(message_id).get_json()
+    return wait_until(
+        lambda: project.get(message_id).get_json(),
+        lambda message: message["status"] == status and len(message["events"]) >= count,
+        30,
+        f"{message_id} {status} with {count} events",
+        show=lambda message: (message["status"], [event["type"] for event in message["events"]]),
+    )
 
 
 def webhooks_received(project: ProjectKeys, receiver: Receiver, hook: dict[str, Any], count: int) -> list[dict]:
     """Every status webhook POST, once all `count` deliveries have succeeded (none then comes again)."""
-    wait(lambda: [d["status"] for d in deliveries(project, hook["id"])] == ["succeeded"] * count)
+    wait_until(
+        lambda: [d["status"] for d in deliveries(project, hook["id"])],
+        lambda seen: seen == ["succeeded"] * count,
+        30,
+        f"{count} webhook deliveries succeeded",
+    )
     assert len(receiver.received) == count, [r["body"] for r in receiver.received]
     return sorted(receiver.verified(hook["secret"]), key=lambda payload: datetime.fromisoformat(payload["timestamp"]))
 

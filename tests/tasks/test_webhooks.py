@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -24,6 +23,7 @@ from tasks.celery_app import configure
 from tasks.webhooks import deliver_webhooks, post, release_webhooks
 from tests.conftest import ProjectKeys, closed_port, create_project, email
 from tests.hostile_server import ENDLESS_CHUNK, HostileServer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -51,10 +51,7 @@ class Receiver:
         return [Webhook(secret).verify(r["body"], r["headers"]) for r in self.received]
 
     def wait(self, count: int, timeout: float = 15) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.received) >= count, f"received {len(self.received)} of {count}"
+        wait_until(lambda: len(self.received), lambda n: n >= count, timeout, f"{count} POSTs received")
 
 
 @pytest.fixture
@@ -75,13 +72,15 @@ def deliveries(project, endpoint_id: str) -> list[dict]:
 
 
 def wait_for_delivery(project, endpoint_id: str, statuses: set[str], timeout: float = 15) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = deliveries(project, endpoint_id)
-        if (found and found[0]["status"] in statuses) or time.monotonic() > deadline:
-            assert found, "no delivery"
-            return found[0]
-        time.sleep(0.05)
+    """The endpoint's newest delivery once its status is one of `statuses`."""
+    found = wait_until(
+        lambda: deliveries(project, endpoint_id),
+        lambda found: found and found[0]["status"] in statuses,
+        timeout,
+        f"a delivery {' or '.join(sorted(statuses))}",
+        show=lambda found: [d["status"] for d in found],
+    )
+    return found[0]
 
 
 def test_a_sent_message_is_posted_signed_to_the_endpoint(project, receiver):
@@ -109,10 +108,12 @@ def test_event_filters_and_batching(project, receiver, httpserver):
     failures.wait(1)
     [failed] = failures.verified(only_failed["secret"])
     assert (failed["type"], failed["data"]["message_id"]) == ("failed", ids[2])
-    deadline = time.monotonic() + 10
-    while sum(len(body) for body in receiver.verified(batched["secret"])) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    arrays = receiver.verified(batched["secret"])
+    arrays = wait_until(
+        lambda: receiver.verified(batched["secret"]),
+        lambda arrays: sum(len(body) for body in arrays) >= 3,
+        10,
+        "3 events in batched POSTs",
+    )
     assert all(isinstance(body, list) for body in arrays)
     assert sorted((e["type"], e["data"]["message_id"]) for body in arrays for e in body) == sorted(
         [("sent", ids[0]), ("sent", ids[1]), ("failed", ids[2])]
@@ -291,13 +292,12 @@ def test_beat_releases_parked_retries_and_reclaims_dead_claims(project, receiver
             {"id": claimed["id"]},
         )
     assert release_webhooks() == 2
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        statuses = {d["id"]: d["status"] for d in deliveries(project, hook["id"])}
-        if statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"}:
-            break
-        time.sleep(0.05)
-    assert statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"}
+    wait_until(
+        lambda: {d["id"]: d["status"] for d in deliveries(project, hook["id"])},
+        lambda statuses: statuses == {parked["id"]: "succeeded", claimed["id"]: "succeeded"},
+        10,
+        "both released deliveries succeeded",
+    )
 
 
 @pytest.fixture
