@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
-from app.delivery import dispatch, fairness, store
+from app.delivery import dispatch, store
 from app.delivery.adapters import provider_instance
 from app.delivery.broker import celery_app
-from app.delivery.queues import active_providers, deliver_queue, prepare_queue
-from app.enums import EventType, Priority
+from app.delivery.queues import active_providers
+from app.enums import EventType
 from app.observability.counters import increment
 from app.redis_client import redis_for
 
@@ -93,13 +93,11 @@ def sweep() -> dict[str, int]:
                              WHERE status IN ('accepted', 'ready')
                                AND COALESCE(next_attempt_at, updated_at)
                                    < now() - make_interval(secs => :stalled)
-                               AND NOT (priority = 'bulk' AND status = 'accepted' AND :prepare_waits)
-                               AND NOT (priority = 'bulk' AND status = 'ready' AND provider = ANY(:deliver_waits))
                              LIMIT :batch FOR UPDATE SKIP LOCKED)
                 RETURNING id::text, project_id, status, provider, priority
                 """
             ),
-            {"batch": BATCH, "stalled": config.stalled_after, **waiting_turns(config)},
+            {"batch": BATCH, "stalled": config.stalled_after},
         ).all()
         enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
         enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
@@ -133,21 +131,6 @@ def sweep() -> dict[str, int]:
     if any(counts.values()):
         logger.warning("sweep: %s", counts)
     return counts
-
-
-def waiting_turns(config: Settings) -> dict[str, object]:
-    """Bulk lanes with chunks still waiting their project's turn (app/delivery/fairness.py): a
-    campaign's rows wait there for as long as the provider's pace needs, and are not lost.
-    Their rows are left alone until the lane has drained; a lane that Redis lost has none."""
-    client = redis_for(config.redis_url)
-    return {
-        "prepare_waits": fairness.waiting(client, prepare_queue(Priority.BULK)) > 0,
-        "deliver_waits": [
-            provider
-            for provider in active_providers(config)
-            if fairness.waiting(client, deliver_queue(provider, Priority.BULK)) > 0
-        ],
-    }
 
 
 def prune_receipts(session: Session) -> int:

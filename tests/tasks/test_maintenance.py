@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
 from sqlalchemy import text
 
-from app.delivery import adapters, fairness
-from app.delivery.queues import deliver_queue
+from app.delivery import adapters
 from tasks.celery_app import configure
 from tasks.maintenance import release_due, sweep
 from tests.conftest import email
-from tests.faults.stack import ready_messages, statuses, wait_until_terminal
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -51,41 +47,6 @@ def test_a_message_whose_task_was_lost_is_swept(project, engine, fake_provider):
     assert sweep()["redispatched"] >= 1
     assert project.wait_for(message_id)["status"] == "sent"
     assert fake_provider.count(message_id) == 1
-
-
-def test_bulk_rows_waiting_their_projects_turn_are_not_taken_for_lost(engine, settings, backup_provider):
-    """A campaign's ready rows wait in their lane as long as the pace needs; the sweeper
-    re-dispatches them only once the lane holds nothing, as after Redis lost it."""
-    client = redis.Redis.from_url(settings.redis_url)
-    lane = deliver_queue("fake2", "bulk")  # no test's tokens run here: the chunk stays put
-    ids = ready_messages(engine, 3)
-    with engine.begin() as connection:  # ready for two minutes, their chunk never taken
-        connection.execute(
-            text(
-                "UPDATE messages SET provider = 'fake2', updated_at = now() - interval '2 minutes' "
-                "WHERE id = ANY(CAST(:ids AS uuid[]))"
-            ),
-            {"ids": ids},
-        )
-    fairness.deposit(client, lane, "a-campaign", [[str(uuid.uuid4())]])
-    try:
-        sweep()
-        assert statuses(engine, ids) == dict.fromkeys(ids, "ready")
-        with engine.connect() as connection:
-            untouched = connection.execute(
-                text(
-                    "SELECT count(*) FROM messages "
-                    "WHERE id = ANY(CAST(:ids AS uuid[])) AND updated_at < now() - interval '1 minute'"
-                ),
-                {"ids": ids},
-            ).scalar_one()
-        assert untouched == 3
-    finally:
-        while fairness.withdraw(client, lane) is not None:
-            pass
-    sweep()
-    assert wait_until_terminal(engine, ids, timeout=30) == dict.fromkeys(ids, "sent")
-    assert [backup_provider.count(i) for i in ids] == [1, 1, 1]
 
 
 def abandon_claim(project, engine) -> str:
