@@ -57,7 +57,9 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
 
     What the provider's pace does not admit goes back to the head of its project's list,
     and this token tries again later (`spread`): a campaign's thousand tokens do not all
-    wake every second. Whichever token wakes takes the chunk whose turn it is.
+    wake every second. Whichever token wakes takes the chunk whose turn it is. Only rows
+    still to send ask the pace for room: the sweeper dispatches rows that wait their turn
+    long again, and a repeat must not spend the provider's rate on rows already sent.
     """
     config = current_settings()
     client = redis_for(config.redis_url)
@@ -68,12 +70,19 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
     project, ids = taken
     rate = config.rates.get(provider)
     if rate is not None:
+        with session_scope(config.database_url) as session:
+            ids = store.claimable(session, ids)  # no grant for what a repeat of the chunk finds done
+        if not ids:
+            return
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
-            fairness.give_back(client, lane, project, ids[grant.granted :])
+            rest = ids[grant.granted :]
             countdown = min(grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids)), MAX_COUNTDOWN)
+            with session_scope(config.database_url) as session:
+                store.expect_ready_by(session, rest, countdown)  # waiting their turn, not lost
+            fairness.give_back(client, lane, project, rest)
             publish(dispatch.deliver_token(provider, priority, countdown))
-            increment(client, "pacing_postponed", len(ids) - grant.granted, provider=provider)
+            increment(client, "pacing_postponed", len(rest), provider=provider)
         ids = ids[: grant.granted]
     if ids:
         deliver_batch(config, provider, ids, priority, project, pace=False)

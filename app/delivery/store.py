@@ -140,6 +140,24 @@ def remove_push_tokens(session: Session, tokens: Sequence[tuple[str, str, str]])
     )
 
 
+def claimable(session: Session, ids: Sequence[str]) -> list[str]:
+    """Those of `ids` a claim would take now, in their order: a chunk dispatched twice (the
+    sweeper takes long-waiting rows for lost) finds its rows sent or taken the second time."""
+    found = set(
+        session.execute(
+            text(
+                """
+                SELECT id::text FROM messages
+                WHERE id = ANY(CAST(:ids AS uuid[]))
+                  AND (status = 'ready' OR (status = 'retrying' AND next_attempt_at <= now()))
+                """
+            ),
+            {"ids": list(ids)},
+        ).scalars()
+    )
+    return [i for i in ids if i in found]
+
+
 def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> None:
     """Ready messages sent back to the broker: the sweeper must not expect them sooner."""
     session.execute(
