@@ -13,7 +13,9 @@ import redis
 from sqlalchemy import text
 
 from app.delivery import dispatch, fairness
+from app.delivery.queues import deliver_queue
 from tasks.celery_app import configure
+from tasks.deliver import deliver_next
 from tests.conftest import bearer, create_project
 from tests.faults.stack import insert_accepted, new_project, ready_messages
 
@@ -154,3 +156,26 @@ def test_a_paced_providers_lane_takes_projects_in_turn(client, engine, settings,
         )
     # In turn, B's two chunks share the pace with A's: A sends about as much as B meanwhile.
     assert campaign_sent < campaign_size // 4
+
+
+def test_a_repeat_of_a_chunk_spends_no_pace_on_rows_already_sent(engine, settings, backup_provider):
+    """The sweeper dispatches rows that wait their turn long again; the repeat must not take
+    the provider's rate for the rows the first copy sent."""
+    client = redis.Redis.from_url(settings.redis_url)
+    client.delete("tidings:pace:fake2")
+    project = new_project(engine)
+    ids = ready_messages(engine, 3, project)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE messages SET provider = 'fake2', status = CASE WHEN id = CAST(:ready AS uuid) "
+                "THEN 'ready' ELSE 'sent' END WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": ids, "ready": ids[2]},
+        )
+    fairness.deposit(client, deliver_queue("fake2", "bulk"), project, [ids])
+    with paced(settings, "fake2", 1000):
+        deliver_next("fake2", "bulk")
+    granted = sum(int(member.rsplit(b":", 1)[1]) for member in client.zrange("tidings:pace:fake2", 0, -1))
+    assert granted == 1
+    assert [r.message_id for r in backup_provider.delivered() if r.message_id in ids] == [ids[2]]
