@@ -77,11 +77,8 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
             rest = ids[grant.granted :]
-            countdown = min(grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids)), MAX_COUNTDOWN)
-            with session_scope(config.database_url) as session:
-                store.expect_ready_by(session, rest, countdown)  # waiting their turn, not lost
-            fairness.give_back(client, lane, project, rest)
-            publish(dispatch.deliver_token(provider, priority, countdown))
+            wait = grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids))
+            postpone(config, provider, priority, rest, wait, project)  # first of its project's turn again
             increment(client, "pacing_postponed", len(rest), provider=provider)
         ids = ids[: grant.granted]
     if ids:

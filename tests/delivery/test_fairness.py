@@ -97,19 +97,26 @@ def send_200_and_wait(client, engine, project, timeout: float = 120) -> float:
     return time.monotonic() - started
 
 
+def send_200_behind(client, engine, campaign: str, queued) -> tuple[float, int]:
+    """Queue the campaign's chunks, then time another project's 200: (seconds, campaign sent meanwhile)."""
+    for chunks in queued:
+        chunks.apply_async()
+    try:
+        before = sent(engine, campaign)
+        seconds = send_200_and_wait(client, engine, create_project(client))
+        return seconds, sent(engine, campaign) - before
+    finally:
+        cancel_the_rest(engine, campaign)
+
+
 @pytest.mark.usefixtures("worker")
 def test_a_campaign_of_100000_does_not_hold_another_projects_200_behind_it(client, engine, fake_provider, capsys):
     idle_seconds = send_200_and_wait(client, engine, create_project(client))
     campaign = new_project(engine)
     ids = insert_accepted(engine, campaign, 100_000)
-    for chunks in dispatch.prepare(ids, "bulk", project=campaign):
-        chunks.apply_async()
-    try:
-        before = sent(engine, campaign)
-        busy_seconds = send_200_and_wait(client, engine, create_project(client))
-        campaign_sent = sent(engine, campaign) - before
-    finally:
-        cancel_the_rest(engine, campaign)
+    busy_seconds, campaign_sent = send_200_behind(
+        client, engine, campaign, dispatch.prepare(ids, "bulk", project=campaign)
+    )
     with capsys.disabled():
         print(
             f"\nfairness: 200 bulk sent in {idle_seconds:.2f} s idle, {busy_seconds:.2f} s behind a campaign of "
@@ -140,14 +147,9 @@ def test_a_paced_providers_lane_takes_projects_in_turn(client, engine, settings,
         idle_seconds = send_200_and_wait(client, engine, create_project(client))
         campaign = new_project(engine)
         ids = ready_messages(engine, campaign_size, campaign)
-        for task in dispatch.deliver("fake", "bulk", ids, project=campaign):
-            task.apply_async()
-        try:
-            before = sent(engine, campaign)
-            busy_seconds = send_200_and_wait(client, engine, create_project(client))
-            campaign_sent = sent(engine, campaign) - before
-        finally:
-            cancel_the_rest(engine, campaign)
+        busy_seconds, campaign_sent = send_200_behind(
+            client, engine, campaign, dispatch.deliver("fake", "bulk", ids, project=campaign)
+        )
     with capsys.disabled():
         print(
             f"\nfairness at {rate}/s: 200 bulk sent in {idle_seconds:.2f} s idle, {busy_seconds:.2f} s behind a "
