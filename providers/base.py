@@ -13,6 +13,7 @@ import email.utils
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,6 +30,11 @@ logger = logging.getLogger(__name__)
 # The name under which our message id travels in a provider's metadata (tags, custom args):
 # the provider echoes it in its status webhooks, which is how they find the message.
 MESSAGE_ID_TAG = "tidings_message_id"
+
+# The setting that tells an adapter whose provider takes a status callback URL per message
+# (Twilio) where to have each message's status reported: our inbound URL for that provider and
+# account. The engine sets it (app/delivery/adapters.py), not an operator.
+STATUS_CALLBACK_URL = "TIDINGS_STATUS_CALLBACK_URL"
 
 
 class Outcome(StrEnum):
@@ -292,6 +298,14 @@ def http_client(
         timeout=number(env, f"{prefix}_TIMEOUT", 10.0),
         classify=classify or error_for_status,
     )
+
+
+def with_message_id(url: str, message_id: str) -> str:
+    """`url` with our message id added to its query, for a provider that calls back the URL it
+    was given rather than echoing metadata."""
+    parts = urllib.parse.urlsplit(url)
+    added = urllib.parse.urlencode({MESSAGE_ID_TAG: message_id})
+    return parts._replace(query=f"{parts.query}&{added}" if parts.query else added).geturl()
 
 
 # -- rate-limit headers ---------------------------------------------------------------------

@@ -60,6 +60,14 @@ def chainable(name: str) -> bool:
     return getattr(PROVIDERS[name], "chainable", True)
 
 
+def deduplicates_calls(name: str) -> bool:
+    """Whether adapter `name`'s provider answers a request made again exactly (the same
+    messages in the same call, with the same idempotency key) instead of sending it again,
+    as Resend does for 24 hours: an abandoned claim may then be resent as its very calls.
+    Adapters opt in with `deduplicates_calls = True`; `idempotent` says more (any call)."""
+    return getattr(PROVIDERS[name], "deduplicates_calls", False)
+
+
 def carries_attachments(name: str) -> bool:
     """Whether adapter `name` sends `Outbound.attachments`; adapters opt in with `attachments = True`.
 

@@ -63,8 +63,10 @@ class ResendProvider:
     channels: ClassVar[frozenset[str]] = frozenset({"email"})
     max_batch: ClassVar[int] = 100
     # A batch's key is a digest of its ids, and a retried message may land in another batch:
-    # the key protects a repeated request, not a message, so recovery must not rely on it.
+    # the key protects a repeated request, not a message, so a retry must not rely on it;
+    # an abandoned claim sent again as the very same calls may (tasks/resend.py).
     idempotent: bool = False
+    deduplicates_calls: ClassVar[bool] = True
     attachments: ClassVar[bool] = True
     account_settings: ClassVar[tuple[str, ...]] = ("RESEND_API_KEY", "EMAIL_FROM")
 

@@ -2,6 +2,10 @@
 
 One message per request. Twilio's errors carry a numeric `code`; the ones that say more
 than the HTTP status are mapped below. 201 means queued at Twilio, not delivered.
+
+Twilio echoes no metadata, so where the engine gives a status callback URL each message
+names it as its `StatusCallback` with our message id in the query: Twilio signs the URL it
+calls back, so the id returns authenticated and finds a message whose answer we never read.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar, Self
 
 from providers.base import (
+    STATUS_CALLBACK_URL,
     ConfigurationError,
     Outbound,
     Outcome,
@@ -25,6 +30,7 @@ from providers.base import (
     one_by_one,
     required,
     send_groups,
+    with_message_id,
 )
 from providers.bounded import Answer
 
@@ -69,6 +75,7 @@ class TwilioProvider:
     def __init__(self, account_sid: str, auth_token: str, sender: dict[str, str], env: Mapping[str, str]):
         self.path = f"/2010-04-01/Accounts/{account_sid}/Messages.json"
         self.sender = sender
+        self.status_callback = env.get(STATUS_CALLBACK_URL, "").strip() or None
         self.client = http_client(env, "TWILIO", "https://api.twilio.com", classify)
         self.client.session.auth = (account_sid, auth_token)
 
@@ -91,4 +98,7 @@ class TwilioProvider:
     def form(self, message: Outbound) -> dict[str, str]:
         """The request's form fields; apart from sending, so benchmarks can time building alone."""
         sender = {"From": message.from_address} if message.from_address else self.sender
-        return {"To": message.to, "Body": message.text or "", **sender}
+        form = {"To": message.to, "Body": message.text or "", **sender}
+        if self.status_callback:
+            form["StatusCallback"] = with_message_id(self.status_callback, message.message_id)
+        return form

@@ -8,9 +8,11 @@ the broker and the wire format every publisher shares, is app/delivery/broker.py
 
 from __future__ import annotations
 
+import gc
+
 from celery import Celery
 from celery.schedules import crontab
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 from app.config import Settings, current_settings
 from app.db import engine_for
@@ -18,7 +20,7 @@ from app.delivery import broker
 from app.delivery.broker import celery_app
 from app.delivery.queues import BEAT_QUEUE
 from app.observability import logs  # noqa: F401 - connects the signal handlers that carry the request id
-from tasks import backlog, deliver, maintenance, prepare, reports, retention, rollup, webhooks  # noqa: F401 - registers them
+from tasks import backlog, deliver, maintenance, prepare, reports, resend, retention, rollup, webhooks  # noqa: F401 - registers them
 
 __all__ = ["BEAT_TASKS", "celery_app", "configure"]
 
@@ -52,6 +54,8 @@ def configure(settings: Settings) -> Celery:
         # attempts (about 47 minutes, at most 30 s apart) and the worker exits.
         broker_connection_max_retries=None,
         worker_hijack_root_logger=False,
+        # With --autoscale, beat's every-second tasks must not keep a grown pool grown.
+        worker_autoscaler="tasks.autoscale:Autoscaler",
         # Releasing due rows must be prompt; the sweep is a safety net.
         beat_schedule={
             "release-due": {"task": "tidings.release_due", "schedule": 1.0},
@@ -70,3 +74,14 @@ def configure(settings: Settings) -> Celery:
 def _fresh_connections_after_fork(**_: object) -> None:
     """A forked pool child must not share its parent's database sockets."""
     engine_for(current_settings().database_url).dispose(close=False)
+
+
+def _freeze_startup_objects(**_: object) -> None:
+    """Leave what the worker built to start (modules, the app, the pools: ~180,000 objects)
+    out of the garbage collector's full passes: none of it is ever garbage, and each pass
+    over it cost a deliver batch of 100 about 1.4 ms of CPU in 14 on average."""
+    gc.freeze()
+
+
+worker_ready.connect(_freeze_startup_objects)  # the main process: the threads pool's tasks run there
+worker_process_init.connect(_freeze_startup_objects)  # each prefork child

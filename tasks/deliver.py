@@ -14,11 +14,12 @@ from typing import Any
 
 import redis
 from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
 from app.db import enqueue_after_commit, publish, session_scope
-from app.delivery import adapters, device_store, dispatch, fairness, fanout, store
+from app.delivery import adapters, device_store, dispatch, fairness, store, waiting_room
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.pacing import ProviderPacer
@@ -30,7 +31,8 @@ from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
 from tasks import attachments, devices, failover, follow_ups, instrument, isolation, reports
-from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, waiting_groups
+from tasks.heartbeat import current_worker
+from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, settle_repeat, waiting_groups
 from tasks.shutdown import stopping
 
 logger = logging.getLogger(__name__)
@@ -83,6 +85,20 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
         ids = ids[: grant.granted]
     if ids:
         deliver_batch(config, provider, ids, priority, project, pace=False)
+
+
+@celery_app.task(name="tidings.deliver_waiting")
+def deliver_waiting(provider: str, priority: str) -> None:
+    """Deliver a provider-sized batch of what waited out a pause or the pace together
+    (app/delivery/waiting_room.py), at the provider's pace."""
+    config = current_settings()
+    client = redis_for(config.redis_url)
+    ids = waiting_room.take(client, provider, priority, dispatch.deliver_chunk(provider))
+    try:
+        if ids:
+            deliver_batch(config, provider, ids, priority)
+    finally:
+        waiting_room.release_more(client, provider, priority)
 
 
 def spread(waiting: int, rate: float, chunk: int) -> float:
@@ -141,16 +157,31 @@ def send(
 
     if not deaths.admit(ids, lambda part: one_per_task(provider, priority, part), fail):
         return []
-    with session_scope(config.database_url) as session:
-        claimed = store.claim(session, provider, ids)
-        files = attachments.load(session, claimed)
-        known = device_store.of_messages(session, [row.id for row in claimed if row.channel == Channel.PUSH])
+    try:
+        with session_scope(config.database_url) as session:
+            claimed = in_order(store.claim(session, provider, ids, current_worker(), str(uuid.uuid4())))
+            files, known = materials(session, claimed)
+    except Exception:  # the claim failed (the database went away): no death, so no split nor count after it
+        deaths.undo(ids)
+        raise
     mine = [row.id for row in claimed]
     deaths.undo(sorted(set(ids) - set(mine)))  # not this run's to count: another run's, or done
     try:
         return send_claimed(config, client, provider, priority, claimed, files, known)
     finally:  # an exception ended the run, not a death: it counts for nothing
         deaths.finish(mine)
+
+
+def in_order(claimed: Sequence[Row]) -> list[Row]:
+    """Claimed rows by id: a claim sent again (tasks/resend.py) then makes the very same
+    provider calls, which is what lets a provider's idempotency key recognise them."""
+    return sorted(claimed, key=lambda row: row.id)
+
+
+def materials(session: Session, claimed: Sequence[Row]) -> tuple[dict[str, Attachment], Sequence[Row]]:
+    """What sending the claimed rows needs besides them: their files, and their push devices."""
+    files = attachments.load(session, claimed)
+    return files, device_store.of_messages(session, [row.id for row in claimed if row.channel == Channel.PUSH])
 
 
 def send_claimed(
@@ -161,27 +192,39 @@ def send_claimed(
     claimed: Sequence[Row],
     files: Mapping[str, Attachment],
     known: Sequence[Row],
+    repeat: bool = False,
 ) -> list[tuple[Sequence[Row], SendRun]]:
     """Send what this run claimed (`known`: the devices of its push messages), and write
-    each message's fate and each device's. Returns what the provider said, per device."""
+    each message's fate and each device's. Returns what the provider said, per device. A
+    `repeat` of an abandoned claim's calls settles what was neither sent nor refused as
+    `unknown` (tasks/outcomes.py), never as a retry in some other call."""
     if not claimed:
         return []
     units = devices.expand(claimed, known)
     runs = send_by_account(config, client, provider, units, files)
     folded = devices.fold(runs, claimed, known, config.max_attempts)
     outcomes = decide_all(config, folded.runs)
+    if repeat:
+        outcomes = settle_repeat(outcomes)
     rows = {row.id: row for row in claimed}
     sent_as = {unit.id: unit for unit in units}
     results = [r for _, run in runs for r in run.results]
     applied: dict[str, dict[str, Any]] = {}
 
+    broken = False
+
     def finish(part: Sequence[str]) -> None:
         """Write the fates of `part` in one transaction (tasks/isolation.py halves it on a poison)."""
+        nonlocal broken
+        if len(part) < len(outcomes) and not broken:  # halved: the claim's calls cannot be rebuilt
+            with session_scope(config.database_url) as session:
+                store.break_claim(session, [o.message_id for o in outcomes])
+            broken = True
         wanted = set(part)
         mine = [o for o in outcomes if o.message_id in wanted]
         answers = [r for r in results if folded.owner.get(r.message_id) in wanted]
         with session_scope(config.database_url) as session:
-            fanout.announce(session, store.finalise(session, mine))
+            store.finalise(session, mine, current_worker())
             done = follow_ups.apply(session, answers, sent_as)
             devices.settle(session, folded, wanted, done)
             store.record_events(session, events_for(mine, rows, {**done, **folded.summaries}))
@@ -231,13 +274,17 @@ def one_per_task(provider: str, priority: str, ids: Sequence[str]) -> None:
 def postpone(
     config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float, project: str | None = None
 ) -> None:
-    """Put `ids` back on the broker after `wait` (first in `project`'s turn, where it has one),
-    and tell the sweeper not to expect them sooner."""
+    """Send `ids` again after `wait`, and tell the sweeper not to expect them sooner: first
+    in `project`'s turn where they have one, else in their lane's waiting room, to leave
+    with whatever else waited there in provider-sized batches."""
     countdown = min(max(wait, 0.05), MAX_COUNTDOWN)
     with session_scope(config.database_url) as session:
         store.expect_ready_by(session, ids, countdown)
-        for signature in dispatch.deliver(provider, priority, ids, countdown, project=project):
-            enqueue_after_commit(session, signature)
+        if project is None:
+            enqueue_after_commit(session, waiting_room.WaitingIds(provider, priority, ids, countdown))
+        else:
+            for signature in dispatch.deliver(provider, priority, ids, countdown, project=project):
+                enqueue_after_commit(session, signature)
 
 
 def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Attachment]) -> SendRun:

@@ -49,11 +49,31 @@ BATCH_WIDE: tuple[type[BaseException], ...] = (
 KILLED_RUNS = 3
 
 
-# KEYS: the stage's hash. ARGV: message ids, each counted once less; a count of none goes.
+# Every script takes the ids as one space-separated argument: redis-py encodes each
+# argument in Python, which for a batch's hundreds of ids cost more than Redis's work.
+
+# KEYS: the stage's hash. ARGV: the hash's TTL, the ids, each counted once more.
+# → the most runs any of them had before this one.
+_START = """
+local most = 0
+for id in string.gmatch(ARGV[2], '%S+') do
+  local runs = redis.call('HINCRBY', KEYS[1], id, 1)
+  if runs > most then most = runs end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return most - 1
+"""
+
+# KEYS: the stage's hash. ARGV: the ids, each counted once less; a count of none goes.
 _UNDO = """
-for _, id in ipairs(ARGV) do
+for id in string.gmatch(ARGV[1], '%S+') do
   if redis.call('HINCRBY', KEYS[1], id, -1) <= 0 then redis.call('HDEL', KEYS[1], id) end
 end
+"""
+
+# KEYS: the stage's hash. ARGV: the ids, whose counts go.
+_FINISH = """
+for id in string.gmatch(ARGV[1], '%S+') do redis.call('HDEL', KEYS[1], id) end
 """
 
 
@@ -68,26 +88,25 @@ class UnfinishedRuns:
     def __init__(self, client: redis.Redis, stage: str):
         self.client = client
         self.key = f"tidings:unfinished:{stage}"
+        self._start = client.register_script(_START)
+        self._undo = client.register_script(_UNDO)
+        self._finish = client.register_script(_FINISH)
 
     def start(self, ids: Sequence[str]) -> int:
-        """Count this run on each of `ids`, in one round trip; the most unfinished runs any of
-        them had before it."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for message_id in ids:
-                pipe.hincrby(self.key, message_id, 1)
-            pipe.expire(self.key, self.KEEP_SECONDS)
-            *counts, _ = pipe.execute()
-        return max(counts) - 1
+        """Count this run on each of `ids`, in one round trip and one command (a pipeline of a
+        command per message cost deliver a third of its CPU); the most unfinished runs any
+        of them had before it."""
+        return int(self._start(keys=[self.key], args=[self.KEEP_SECONDS, " ".join(ids)]))
 
     def undo(self, ids: Sequence[str]) -> None:
         """This run will not happen after all (its messages go one per task, or were not its
         to take): uncount it, forgetting the messages no dead run holds."""
         if ids:
-            self.client.eval(_UNDO, 1, self.key, *ids)
+            self._undo(keys=[self.key], args=[" ".join(ids)])
 
     def finish(self, ids: Sequence[str]) -> None:
         if ids:
-            self.client.hdel(self.key, *ids)
+            self._finish(keys=[self.key], args=[" ".join(ids)])
 
     def admit(
         self, ids: Sequence[str], one_per_task: Callable[[Sequence[str]], Any], fail: Callable[[str, str], Any]

@@ -11,18 +11,21 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
+import redis
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
-from app.delivery import dispatch, store
+from app.delivery import dispatch, heartbeats, store
 from app.delivery.adapters import provider_instance
 from app.delivery.broker import celery_app
 from app.delivery.queues import active_providers
 from app.enums import EventType
 from app.observability.counters import increment
 from app.redis_client import redis_for
+from providers import registry
+from tasks.heartbeat import current_worker
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ RECEIPT_DAYS = 14
 # `retrying` rows are normally picked up by their countdown task; this grace keeps
 # release_due from racing it and only catches parked or lost ones.
 RETRY_GRACE_SECONDS = 10
+ABANDONED = "the worker stopped during the provider call"
 
 
 @celery_app.task(name="tidings.release_due")
@@ -76,61 +80,131 @@ def release_due() -> dict[str, int]:
 
 @celery_app.task(name="tidings.sweep")
 def sweep() -> dict[str, int]:
-    """Re-dispatch rows whose task was lost, settle claims whose worker died, and forget
-    webhook receipts too old to be replayed.
+    """Settle the claims of workers that died, re-dispatch rows whose task was lost, and
+    forget webhook receipts too old to be replayed.
 
-    A claim abandoned mid-call may or may not have reached the provider. Where the
-    provider de-duplicates on our message id, sending again is safe and the message goes
-    back to `ready`; elsewhere it becomes `unknown` rather than risk a second delivery.
+    A worker is dead when its heartbeat stopped (app/delivery/heartbeats.py), so its claims
+    are settled within seconds; a claim older than CLAIM_TIMEOUT_SECONDS is settled whoever
+    holds it, should heartbeats be unavailable. Such a claim may or may not have reached
+    the provider. Where the provider de-duplicates our message id, it is sent again in any
+    call; where it de-duplicates a repeated request, as the very same calls (tasks/resend.py);
+    elsewhere it becomes `unknown` rather than risk a second delivery. The rows a dead
+    worker had taken but not yet claimed have not moved since it died: those are dispatched
+    again at once, not after STALLED_AFTER_SECONDS.
     """
     config = current_settings()
+    client = redis_for(config.redis_url)
+    dead = silent_workers(config, client)
     with session_scope(config.database_url) as session:
-        stalled = session.execute(
-            text(
-                """
-                UPDATE messages SET updated_at = now(), next_attempt_at = NULL
-                WHERE id IN (SELECT id FROM messages
-                             WHERE status IN ('accepted', 'ready')
-                               AND COALESCE(next_attempt_at, updated_at)
-                                   < now() - make_interval(secs => :stalled)
-                             LIMIT :batch FOR UPDATE SKIP LOCKED)
-                RETURNING id::text, project_id, status, provider, priority
-                """
-            ),
-            {"batch": BATCH, "stalled": config.stalled_after},
-        ).all()
-        enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
-        enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
-        abandoned = session.execute(
-            text(
-                """
-                UPDATE messages
-                SET status = CASE WHEN provider = ANY(:idempotent) THEN 'ready' ELSE 'unknown' END,
-                    error = 'the worker stopped during the provider call',
-                    updated_at = now()
-                WHERE id IN (SELECT id FROM messages
-                             WHERE status = 'sending'
-                               AND claimed_at < now() - make_interval(secs => :timeout)
-                             LIMIT :batch FOR UPDATE SKIP LOCKED)
-                RETURNING id::text, project_id, status, provider, priority, attempts
-                """
-            ),
-            {"batch": BATCH, "timeout": config.claim_timeout, "idempotent": idempotent_providers(config)},
-        ).all()
-        store.record_events(session, [abandoned_event(row) for row in abandoned])
-        enqueue_deliver(session, [r for r in abandoned if r.status == "ready"])
+        stalled = redispatch_stalled(session, stalled_for(config, dead))
+        abandoned = settle_abandoned(session, config, [d.worker for d in dead])
         prune_receipts(session)
+    if len(abandoned) < BATCH:  # else the dead may hold more claims, for the next sweep
+        heartbeats.forget(client, [d.worker for d in dead])
     counts = {
         "redispatched": len(stalled),
         "retried": sum(r.status == "ready" for r in abandoned),
+        "resent": sum(r.status == "sending" for r in abandoned),
         "unknown": sum(r.status == "unknown" for r in abandoned),
     }
-    client = redis_for(config.redis_url)
     for outcome, count in counts.items():
         increment(client, "sweeper_recovered", count, outcome=outcome)
-    if any(counts.values()):
-        logger.warning("sweep: %s", counts)
-    return counts
+    if any(counts.values()) or dead:
+        logger.warning("sweep: %s; silent workers: %s", counts, [d.worker for d in dead])
+    return {**counts, "silent_workers": len(dead)}
+
+
+def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Silent]:
+    """The worker processes that stopped beating; none while Redis cannot say, which leaves
+    their claims to the claim timeout. This process beats too, so that its own heartbeat is
+    among those the silent are measured against."""
+    try:
+        current_worker()
+        return heartbeats.silent(client, config.worker_dead_after)
+    except redis.RedisError as error:
+        logger.warning("heartbeats unavailable, claims wait for the claim timeout: %s", error)
+        return []
+
+
+def stalled_for(config: Settings, dead: Sequence[heartbeats.Silent]) -> float:
+    """Seconds a row must have stood still to be dispatched again: STALLED_AFTER_SECONDS, or
+    less when a worker died, so that its rows go again now: those still since one beat after
+    the last beat of the most recent of the dead (it was alive then)."""
+    if not dead:
+        return config.stalled_after
+    since_death = min(d.seconds for d in dead) - config.worker_heartbeat
+    return max(min(since_death, config.stalled_after), config.worker_heartbeat)
+
+
+def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
+    """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task."""
+    stalled = session.execute(
+        text(
+            """
+            UPDATE messages SET updated_at = now(), next_attempt_at = NULL
+            WHERE id IN (SELECT id FROM messages
+                         WHERE status IN ('accepted', 'ready')
+                           AND COALESCE(next_attempt_at, updated_at) < now() - make_interval(secs => :stalled)
+                         LIMIT :batch FOR UPDATE SKIP LOCKED)
+            RETURNING id::text, project_id, status, provider, priority
+            """
+        ),
+        {"batch": BATCH, "stalled": seconds},
+    ).all()
+    enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
+    enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
+    return stalled
+
+
+def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) -> Sequence[Row]:
+    """Claims of the `dead` workers, claims older than the claim timeout, and claims handed
+    back for a resend that no resend took up. Where the provider de-duplicates a message
+    sent again in any call, it goes back to `ready`; where it de-duplicates a call made
+    again exactly, the claim is handed back whole, still `sending`, to tasks/resend.py;
+    elsewhere it becomes `unknown`. A claim whose run is forgotten (store.break_claim)
+    cannot be made again as its calls, so there it becomes `unknown` too.
+    """
+    abandoned = session.execute(
+        text(
+            """
+            WITH taken AS (
+                SELECT id, CASE WHEN provider = ANY(:idempotent) THEN 'ready'
+                                WHEN provider = ANY(:repeatable) AND claim_id IS NOT NULL THEN 'sending'
+                                ELSE 'unknown' END AS next
+                FROM messages
+                WHERE status = 'sending'
+                  AND (claimed_by = ANY(:dead)
+                       OR claimed_at < now() - make_interval(secs => :timeout)
+                       OR (claimed_by = :handed_back AND claimed_at < now() - make_interval(secs => :stalled)))
+                LIMIT :batch FOR UPDATE SKIP LOCKED
+            )
+            UPDATE messages m
+            SET status = taken.next,
+                claimed_by = CASE WHEN taken.next = 'sending' THEN :handed_back ELSE m.claimed_by END,
+                claimed_at = CASE WHEN taken.next = 'sending' THEN now() ELSE m.claimed_at END,
+                error = :reason, updated_at = now()
+            FROM taken WHERE m.id = taken.id
+            RETURNING m.id::text, m.project_id, m.status, m.provider, m.priority, m.attempts, m.claim_id::text
+            """
+        ),
+        {
+            "batch": BATCH,
+            "dead": list(dead),
+            "timeout": config.claim_timeout,
+            "stalled": config.stalled_after,
+            "handed_back": store.HANDED_BACK,
+            "idempotent": idempotent_providers(config),
+            "repeatable": [p for p in active_providers(config) if registry.deduplicates_calls(p)],
+            "reason": ABANDONED,
+        },
+    ).all()
+    store.record_events(session, [abandoned_event(row) for row in abandoned])
+    enqueue_deliver(session, [r for r in abandoned if r.status == "ready"])
+    for provider, priority, claim_id in sorted(
+        {(r.provider, r.priority, r.claim_id) for r in abandoned if r.status == "sending"}
+    ):
+        enqueue_after_commit(session, dispatch.resend(provider, priority, claim_id))
+    return abandoned
 
 
 def prune_receipts(session: Session) -> int:
@@ -151,10 +225,17 @@ def idempotent_providers(config: Settings) -> list[str]:
     return [name for name in active_providers(config) if provider_instance(name).idempotent]
 
 
+# What an abandoned message's event says, by the status the sweeper gave it.
+ABANDONED_EVENTS = {
+    "ready": (EventType.RETRYING, ABANDONED),
+    "sending": (EventType.RETRYING, f"{ABANDONED}; it is sent again as the same call"),
+    "unknown": (EventType.UNKNOWN, ABANDONED),
+}
+
+
 def abandoned_event(row: Row) -> store.NewEvent:
-    kind = EventType.RETRYING if row.status == "ready" else EventType.UNKNOWN
-    data = {"attempt": row.attempts, "reason": "the worker stopped during the provider call"}
-    return store.NewEvent(row.id, row.project_id, kind, data)
+    kind, reason = ABANDONED_EVENTS[row.status]
+    return store.NewEvent(row.id, row.project_id, kind, {"attempt": row.attempts, "reason": reason})
 
 
 def enqueue_prepare(session: Session, rows: Sequence[Row]) -> None:

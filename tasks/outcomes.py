@@ -84,6 +84,22 @@ def decide(result: SendResult, row: Row, config: Settings, ready_at: datetime | 
     return store.Finalised(row.id, MessageStatus.RETRYING, error=result.error, next_attempt_at=datetime.now(UTC) + wait)
 
 
+# Why a repeated call's message that neither went nor was refused stays `unknown`.
+REPEAT_UNSETTLED = "sent again as the same call after its worker died, and not settled by the answer"
+
+
+def settle_repeat(outcomes: Sequence[store.Finalised]) -> list[store.Finalised]:
+    """The fates of an abandoned claim's calls made again (tasks/resend.py): sent and
+    refused stand; anything else becomes `unknown`, because the first call may have gone
+    through and only the same call, not a retry in another grouping, is de-duplicated."""
+    return [
+        o
+        if o.status in (MessageStatus.SENT, MessageStatus.FAILED)
+        else store.Finalised(o.message_id, MessageStatus.UNKNOWN, error=o.error or REPEAT_UNSETTLED)
+        for o in outcomes
+    ]
+
+
 def align_short_retries(outcomes: list[store.Finalised]) -> list[store.Finalised]:
     """Short retries of one batch share the latest of their times, so one task serves them.
 
@@ -114,6 +130,7 @@ EVENT_FOR_STATUS: Mapping[MessageStatus, EventType] = {
     MessageStatus.FAILED: EventType.FAILED,
     MessageStatus.RETRYING: EventType.RETRYING,
     MessageStatus.DEAD: EventType.DEAD,
+    MessageStatus.UNKNOWN: EventType.UNKNOWN,
 }
 
 

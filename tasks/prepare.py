@@ -29,6 +29,7 @@ Rendering comes last so that messages that will not go are never rendered.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,8 +39,9 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings, current_settings
 from app.content.addresses import normalise_address
-from app.content.rendering import RenderError, as_content, render_version
-from app.content.tracking import extras_for, tracked_html, unsubscribe_headers
+from app.content.rendering import RenderError, as_content, mentions, render_version
+from app.content.tokens import LINK_LIFETIME
+from app.content.tracking import extras_for, preferences_url, tracked_html, unsubscribe_headers
 from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import device_store, dispatch, fairness, fanout, prepare_store, store
 from app.delivery.breaker import CircuitBreakers
@@ -117,7 +119,7 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
         rules: dict[str, ProjectRules] = {}
         for row in rows:
             project_rules = rules.setdefault(row.project_id, ProjectRules.from_settings(row.project_settings))
-            decide(row, addresses[row.id], suppressed, versions, project_rules, plan, routes)
+            decide(row, addresses[row.id], suppressed, versions, project_rules, plan, routes, config.public_url)
         add_email_extras(session, plan, {row.id: row for row in rows}, versions, config.public_url)
         prepare_store.write_content(session, plan.rendered)
         prepare_store.close(session, plan.closed)
@@ -144,6 +146,7 @@ def decide(
     rules: ProjectRules,
     plan: Plan,
     routes: Mapping[Channel, str],
+    public_url: str,
 ) -> None:
     """One message's fate, added to the plan (the order is the module docstring's)."""
     if address is None:
@@ -166,7 +169,8 @@ def decide(
             return None
     if row.template:
         try:
-            plan.rendered.append(render(row, versions[(row.project_id, row.template, row.template_version)]))
+            template = versions[(row.project_id, row.template, row.template_version)]
+            plan.rendered.append(render(row, template, public_url))
         except RenderError as error:
             data = {"reason": f"render error in {error.field}: {error.detail}"}
             return plan.close(row, MessageStatus.FAILED, EventType.FAILED, data)
@@ -178,10 +182,19 @@ def decide(
     return None
 
 
-def render(row: Row, template: Row) -> Rendered:
-    """Render the pinned version in the message's, else the subscriber's, else the default locale."""
+def render(row: Row, template: Row, public_url: str) -> Rendered:
+    """Render the pinned version in the message's, else the subscriber's, else the default locale.
+
+    A message to a subscriber has `subscriber` and, where the template prints it,
+    `preferences_url`: a link to that subscriber's preference page, lasting as long as the
+    other links a message carries. Data the sender gave under either name wins.
+    """
     context: dict[str, Any] = dict(row.message_data or {})
     if row.has_subscriber:
+        if mentions(template, "preferences_url"):
+            expires_at = int(time.time() + LINK_LIFETIME)
+            link = preferences_url(public_url, row.project_id, row.subscriber_id, row.subscriber_created_at, expires_at)
+            context.setdefault("preferences_url", link)
         context.setdefault(
             "subscriber",
             {

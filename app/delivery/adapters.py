@@ -5,13 +5,17 @@ brought its own account gets an adapter of its own, built from its sealed settin
 kept until they change: the claim says when they last changed (`account_version`), so a
 cached adapter is reused while that matches and rebuilt, with one query for every stale
 project of a batch, when it does not.
+
+Every adapter is told where its provider's status webhooks reach us for its account
+(`adapter_env`), so a provider that takes a callback URL per message (Twilio) reports each
+message, our id in the URL, to the URL that verifies that account's signature.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -24,7 +28,7 @@ from app.db import session_scope
 from app.delivery import store
 from app.vault import SealBroken, unseal
 from providers import registry
-from providers.base import ConfigurationError, Outbound, Provider, SendResult
+from providers.base import STATUS_CALLBACK_URL, ConfigurationError, Outbound, Provider, SendResult
 
 # Projects' adapters kept per process; the oldest go first beyond this many.
 MAX_OWN_ACCOUNTS = 1024
@@ -33,7 +37,24 @@ MAX_OWN_ACCOUNTS = 1024
 @cache
 def provider_instance(name: str) -> Provider:
     """One adapter per provider and process, so its HTTP connections are reused."""
-    return registry.build(name, current_settings().environ)
+    config = current_settings()
+    return registry.build(name, adapter_env(config, name, config.environ))
+
+
+def adapter_env(
+    config: Settings, provider: str, env: Mapping[str, str], project_id: str | None = None
+) -> dict[str, str]:
+    """The settings an adapter is built from, with the URL of the status webhooks of its
+    account: `/v1/inbound/{provider}`, or `/{provider}/{project}` for a project's own.
+
+    Only when TIDINGS_PUBLIC_URL is set: a URL the provider cannot reach would replace a
+    status callback the operator configured at the provider.
+    """
+    env = {name: value for name, value in env.items() if name != STATUS_CALLBACK_URL}
+    if config.external_url:
+        own = f"/{project_id}" if project_id else ""
+        env[STATUS_CALLBACK_URL] = f"{config.external_url}/v1/inbound/{provider}{own}"
+    return env
 
 
 @dataclass(frozen=True)
@@ -106,7 +127,9 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
     if stale:
         with session_scope(config.database_url) as session:
             rows = store.project_accounts(session, provider, stale)
-        built = {row.project_id: (row.updated_at, build_own(config, provider, row.sealed)) for row in rows}
+        built = {
+            row.project_id: (row.updated_at, build_own(config, provider, row.project_id, row.sealed)) for row in rows
+        }
         # Removed since the claim: the project's messages go out as the deployment's.
         built.update({p: (versions[p], provider_instance(provider)) for p in stale if p not in built})
         with _lock:
@@ -123,9 +146,9 @@ def own_env(config: Settings, provider: str, sealed: str) -> dict[str, str]:
     return registry.with_account(config.environ, provider, unseal(config.secret_key, sealed))
 
 
-def build_own(config: Settings, provider: str, sealed: str) -> Provider:
+def build_own(config: Settings, provider: str, project_id: str, sealed: str) -> Provider:
     try:
-        return registry.build(provider, own_env(config, provider, sealed))
+        return registry.build(provider, adapter_env(config, provider, own_env(config, provider, sealed), project_id))
     except (SealBroken, ValueError) as error:
         return UnusableAccount(f"the project's own {provider} account cannot be used: {error}")
 

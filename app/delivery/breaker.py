@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
@@ -108,6 +108,9 @@ class Circuit:
     state: CircuitState
     failures: int = 0  # batches in a row that failed (while closed)
     seconds_left: float | None = None  # until a probe may go (while open)
+    # Messages of the batches in the error-rate window: answered on their merits, failed transiently.
+    recent_answered: int = 0
+    recent_failed: int = 0
 
 
 CLOSED = Circuit(CircuitState.CLOSED)
@@ -172,18 +175,34 @@ class CircuitBreakers:
             with self.client.pipeline(transaction=False) as pipe:
                 for name in names:
                     pipe.hmget(PREFIX + name, "state", "open_until", "failures")
+                    pipe.zrange(PREFIX + name + ":window", 0, -1, withscores=True)
                 pipe.time()
                 *rows, (seconds, micros) = pipe.execute()
         except redis.RedisError as error:
             logger.warning("circuit breakers unreadable, treated as closed: %s", error)
             return {name: CLOSED for name in names}
         now_ms = seconds * 1000 + micros // 1000
-        return {name: _circuit(row, now_ms) for name, row in zip(names, rows, strict=True)}
+        since_ms = now_ms - self.policy.window * 1000
+        return {
+            name: replace(_circuit(row, now_ms), **_window_counts(batches, since_ms))
+            for name, row, batches in zip(names, rows[::2], rows[1::2], strict=True)
+        }
 
     def reset(self, provider: str) -> None:
         """Close a provider's circuit by hand (an operator knows it is back)."""
         key = PREFIX + provider
         self.client.delete(key, key + ":window", key + ":probe")
+
+
+def _window_counts(batches: list[tuple[bytes, float]], since_ms: float) -> dict[str, int]:
+    """What the window's batches ("<id>:<ok>:<failed>", scored by time) add up to, counting
+    only those still inside it: the set is trimmed when the next batch is recorded."""
+    answered = failed = 0
+    for member, at in batches:
+        if at >= since_ms:
+            _, ok, bad = member.decode().rsplit(":", 2)
+            answered, failed = answered + int(ok), failed + int(bad)
+    return {"recent_answered": answered, "recent_failed": failed}
 
 
 def _circuit(row: list[bytes | None], now_ms: int) -> Circuit:

@@ -47,7 +47,7 @@ def deliver(
     """Deliver tasks for `ids`; a project's bulk ones wait their project's turn, and those
     put off by `countdown` (a provider's pace or pause) go first when that turn comes."""
     options = {"countdown": countdown} if countdown > 0 else {}
-    chunks = _chunks(ids, size or min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK))
+    chunks = _chunks(ids, size or deliver_chunk(provider))
     queue = deliver_queue(provider, priority)
     if project is not None and priority == Priority.BULK:
         return _in_turn(project, queue, deliver_token(provider, priority, countdown), chunks, ahead=bool(options))
@@ -55,6 +55,11 @@ def deliver(
         celery_app.signature("tidings.deliver", args=(provider, chunk, priority), queue=queue, **options)
         for chunk in chunks
     ]
+
+
+def deliver_chunk(provider: str) -> int:
+    """Ids per deliver task of `provider`: its batch, within [MIN_DELIVER_CHUNK, CHUNK]."""
+    return min(max(registry.PROVIDERS[provider].max_batch, MIN_DELIVER_CHUNK), CHUNK)
 
 
 def deliver_token(provider: str, priority: str, countdown: float = 0) -> Signature:
@@ -75,6 +80,12 @@ def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publi
         for (provider, priority, project), ids in lanes.items()
         for task in deliver(provider, priority, ids, project=project)
     ]
+
+
+def resend(provider: str, priority: str, claim_id: str) -> Signature:
+    """Send an abandoned claim's calls again as they were (tasks/resend.py), on its deliver lane."""
+    queue = deliver_queue(provider, priority)
+    return celery_app.signature("tidings.resend", args=(provider, claim_id, priority), queue=queue)
 
 
 def reports(provider: str, priority: str, items: Sequence[Sequence[str]]) -> list[Signature]:

@@ -4,14 +4,15 @@ Called inside the transaction that wrote the entries (or, for `sent`, the messag
 they derive from). Webhook deliveries are inserted in that same transaction, so an entry
 and its deliveries commit together; the Redis publish and the webhook task leave after
 the commit. Per batch: one Redis round trip (and the encoding and publish only where a
-stream listens), one index probe for endpoints, and a delivery insert plus a task only for
-projects that have an endpoint.
+stream listens), one index probe for endpoints (none where the statement that wrote the
+entries already said which projects have one: deliver's finalise), and a delivery insert
+plus a task only for projects that have an endpoint.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -22,7 +23,9 @@ from app.enums import Channel, EventType
 from app.observability import live
 
 
-def announce(session: Session, entries: Sequence[LogEntry]) -> None:
+def announce(session: Session, entries: Sequence[LogEntry], listening: Collection[str] | None = None) -> None:
+    """`listening`: the entries' projects with an enabled webhook endpoint, when the caller
+    already knows them (None: look them up)."""
     if not entries:
         return
     by_project: dict[str, list[LogEntry]] = defaultdict(list)
@@ -33,6 +36,6 @@ def announce(session: Session, entries: Sequence[LogEntry]) -> None:
             live.publish_after_commit(session, channel, {"kind": "item", "id": entry.message_id})
     for project_id, items in by_project.items():
         live.publish_after_commit(session, live.project_channel(project_id), items)
-    deliveries = webhook_store.enqueue(session, entries)
+    deliveries = webhook_store.enqueue(session, entries, listening)
     for signature in dispatch.webhooks(deliveries):
         enqueue_after_commit(session, signature)

@@ -70,6 +70,7 @@ def load(session: Session, ids: Sequence[str]) -> Sequence[Row]:
                    c.data AS message_data, c.locale AS message_locale,
                    s.external_id IS NOT NULL AS has_subscriber, s.email, s.phone, s.push_tokens,
                    s.locale AS subscriber_locale, s.timezone, s.data AS subscriber_data, s.preferences,
+                   s.created_at AS subscriber_created_at,
                    p.settings AS project_settings, now() AS now
             FROM messages m
             JOIN projects p ON p.id = m.project_id

@@ -42,45 +42,52 @@ class NewEvent:
     data: dict[str, Any]
 
 
-def claim(session: Session, provider: str, ids: Sequence[str]) -> Sequence[Row]:
+# What a claim returns of each message: all a provider call needs. `account_version` is set
+# where the message's project has its own account with the provider: when it was last
+# changed (a primary-key lookup per row, inside the one statement). `webhook_project` is, for
+# the webhook channel only, one more lookup by key: its project's `signing_secrets`
+# (encrypted, current first, the previous one during a rotation's overlap; null stands for
+# the account's own secret) and the `allowed_networks` it may also reach. So signing and
+# guarding each project's webhooks costs the batch no query of its own.
+CLAIMED_COLUMNS = """
+    m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
+    m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
+    c.headers, c.from_address, c.attachment_ids::text[] AS attachment_ids,
+    (SELECT a.updated_at FROM project_providers a
+     WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
+    CASE WHEN m.channel = 'webhook' THEN
+      (SELECT jsonb_build_object(
+                  'signing_secrets', ARRAY[p.webhook_signing_secret]
+                      || CASE WHEN p.webhook_signing_previous_expires_at > now()
+                              THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END,
+                  'allowed_networks', p.settings -> 'webhook_allowed_networks')
+       FROM projects p WHERE p.id = m.project_id)
+    END AS webhook_project
+"""
+
+
+def claim(session: Session, provider: str, ids: Sequence[str], worker: str, claim_id: str) -> Sequence[Row]:
     """Take messages for sending: ready ones, and retrying ones whose wait is over.
 
     The conditional UPDATE is the guard against double sends: of two workers holding the
-    same ids, only one gets rows back. `account_version` is set where the message's project
-    has its own account with the provider: when it was last changed (a primary-key lookup
-    per row, inside the one statement). `webhook_project` is, for the webhook channel only,
-    one more lookup by key: its project's `signing_secrets` (encrypted, current first, the
-    previous one during a rotation's overlap; null stands for the account's own secret) and
-    the `allowed_networks` it may also reach. So signing and guarding each project's
-    webhooks costs the batch no query of its own.
+    same ids, only one gets rows back. The claim names the `worker` process holding it and
+    this run of it (`claim_id`), for the sweeper (tasks/maintenance.py).
     """
     return session.execute(
         text(
-            """
+            f"""
             UPDATE messages m
             SET status = 'sending', attempts = m.attempts + 1, claimed_at = now(), updated_at = now(),
-                next_attempt_at = NULL
+                next_attempt_at = NULL, claimed_by = :worker, claim_id = CAST(:claim_id AS uuid)
             FROM message_contents c
             WHERE c.message_id = m.id
               AND m.id = ANY(CAST(:ids AS uuid[]))
               AND m.provider = :provider
               AND (m.status = 'ready' OR (m.status = 'retrying' AND m.next_attempt_at <= now()))
-            RETURNING m.id::text AS id, m.project_id, m.channel, m.priority, m.to_address, m.attempts,
-                      m.subscriber_id, m.created_at, c.subject, c.text, c.html, c.metadata, c.payload, c.reply_to, c.cc,
-                      c.headers, c.from_address, c.attachment_ids::text[] AS attachment_ids,
-                      (SELECT a.updated_at FROM project_providers a
-                       WHERE a.project_id = m.project_id AND a.provider = m.provider) AS account_version,
-                      CASE WHEN m.channel = 'webhook' THEN
-                        (SELECT jsonb_build_object(
-                                    'signing_secrets', ARRAY[p.webhook_signing_secret]
-                                        || CASE WHEN p.webhook_signing_previous_expires_at > now()
-                                                THEN ARRAY[p.webhook_signing_previous_secret] ELSE '{}' END,
-                                    'allowed_networks', p.settings -> 'webhook_allowed_networks')
-                         FROM projects p WHERE p.id = m.project_id)
-                      END AS webhook_project
+            RETURNING {CLAIMED_COLUMNS}
             """
         ),
-        {"ids": list(ids), "provider": provider},
+        {"ids": list(ids), "provider": provider, "worker": worker, "claim_id": claim_id},
     ).all()
 
 
@@ -171,27 +178,38 @@ def expect_ready_by(session: Session, ids: Sequence[str], seconds: float) -> Non
     )
 
 
-def finalise(session: Session, outcomes: Sequence[Finalised]) -> list[LogEntry]:
-    """Write every message's fate after a provider call in one statement.
+def finalise(session: Session, outcomes: Sequence[Finalised], worker: str) -> list[LogEntry]:
+    """Write every message's fate after a provider call in one statement, where `worker`
+    still holds its claim: a process the sweeper took for dead (cut off, not killed) finds
+    its claims settled or taken by another, and writes nothing over them.
 
-    Returns the derived `sent` entries of the messages sent, for the caller to announce.
+    The messages sent are announced (app.delivery.fanout) in the same transaction; the same
+    statement says which of their projects have a webhook endpoint, so the fan-out costs the
+    batch no look-up of its own. Returns the derived `sent` entries it announced.
     """
     if not outcomes:
         return []
     rows = session.execute(
         text(
             f"""
-            UPDATE messages m
-            SET status = v.status, provider_message_id = v.provider_message_id, error = v.error,
-                next_attempt_at = v.next_attempt_at, attempts = m.attempts - v.refund,
-                sent_at = CASE WHEN v.status = 'sent' THEN now() ELSE m.sent_at END,
-                updated_at = now()
-            FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[]), CAST(:provider_ids AS text[]),
-                        CAST(:errors AS text[]), CAST(:next_attempts AS timestamptz[]),
-                        CAST(:refunds AS smallint[]))
-                 AS v(id, status, provider_message_id, error, next_attempt_at, refund)
-            WHERE m.id = v.id AND m.status = 'sending'
-            RETURNING m.status, {SENT_COLUMNS}
+            WITH done AS (
+                UPDATE messages m
+                SET status = v.status, provider_message_id = v.provider_message_id, error = v.error,
+                    next_attempt_at = v.next_attempt_at, attempts = m.attempts - v.refund,
+                    sent_at = CASE WHEN v.status = 'sent' THEN now() ELSE m.sent_at END,
+                    updated_at = now()
+                FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[]), CAST(:provider_ids AS text[]),
+                            CAST(:errors AS text[]), CAST(:next_attempts AS timestamptz[]),
+                            CAST(:refunds AS smallint[]))
+                     AS v(id, status, provider_message_id, error, next_attempt_at, refund)
+                WHERE m.id = v.id AND m.status = 'sending' AND m.claimed_by = :worker
+                RETURNING m.status, {SENT_COLUMNS}
+            )
+            SELECT done.*, done.project_id IN (
+                SELECT w.project_id FROM webhook_endpoints w
+                WHERE w.disabled_at IS NULL AND w.project_id IN (SELECT project_id FROM done)
+            ) AS listened
+            FROM done WHERE done.status = 'sent'
             """
         ),
         {
@@ -202,9 +220,12 @@ def finalise(session: Session, outcomes: Sequence[Finalised]) -> list[LogEntry]:
             "errors": [o.error and storable(o.error) for o in outcomes],
             "next_attempts": [o.next_attempt_at for o in outcomes],
             "refunds": [int(o.refund_attempt) for o in outcomes],
+            "worker": worker,
         },
     ).all()
-    return [entry(row) for row in rows if row.status == MessageStatus.SENT]
+    entries = [entry(row) for row in rows]
+    fanout.announce(session, entries, listening={row.project_id for row in rows if row.listened})
+    return entries
 
 
 # An error kept on a message row: enough to act on, never a provider's whole answer.
@@ -262,3 +283,41 @@ def record_events(session: Session, events: Sequence[NewEvent]) -> list[LogEntry
     entries = [entry(row) for row in rows]
     fanout.announce(session, entries)
     return entries
+
+
+def break_claim(session: Session, ids: Sequence[str]) -> None:
+    """Forget which run claimed `ids`: their fates are written apart (a poison halved the
+    finalise), so what is left of the claim could not be sent again as the same calls, and
+    the sweeper settles it as `unknown` should its worker die now."""
+    session.execute(
+        text("UPDATE messages SET claim_id = NULL WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'sending'"),
+        {"ids": list(ids)},
+    )
+
+
+# `claimed_by` of a claim the sweeper took from a dead worker, until a resend takes it over.
+HANDED_BACK = "sweeper"
+
+
+def take_over(session: Session, claim_id: str, worker: str) -> Sequence[Row]:
+    """The rows of a claim the sweeper handed back, now claimed by `worker` to be sent again.
+
+    Nothing while any row of the claim is still held by its dead worker (a sweep takes a
+    bounded number of rows): the resend must make the very calls the claim made, no fewer.
+    The attempt is not counted again; it is the same attempt, repeated.
+    """
+    return session.execute(
+        text(
+            f"""
+            UPDATE messages m SET claimed_by = :worker, claimed_at = now(), updated_at = now()
+            FROM message_contents c
+            WHERE c.message_id = m.id AND m.claim_id = CAST(:claim_id AS uuid)
+              AND m.status = 'sending' AND m.claimed_by = :handed_back
+              AND NOT EXISTS (SELECT 1 FROM messages o
+                              WHERE o.status = 'sending' AND o.claim_id = CAST(:claim_id AS uuid)
+                                AND o.claimed_by <> :handed_back)
+            RETURNING {CLAIMED_COLUMNS}
+            """
+        ),
+        {"claim_id": claim_id, "worker": worker, "handed_back": HANDED_BACK},
+    ).all()

@@ -42,13 +42,16 @@ def listening_projects(session: Session, project_ids: Collection[str]) -> set[st
     return set(rows)
 
 
-def enqueue(session: Session, entries: Sequence[LogEntry]) -> list[str]:
+def enqueue(session: Session, entries: Sequence[LogEntry], listening: Collection[str] | None = None) -> list[str]:
     """Deliveries for every enabled endpoint whose filter takes the entry, in one statement.
 
     An endpoint that takes arrays gets one delivery per PER_POST events; the others one per
-    event. Returns the new delivery ids (none when no project of the batch has an endpoint).
+    event. `listening`: the projects with an enabled endpoint, where the caller already
+    knows them (None: looked up here). Returns the new delivery ids (none when no project
+    of the batch has an endpoint).
     """
-    listening = listening_projects(session, {entry.project_id for entry in entries})
+    if listening is None:
+        listening = listening_projects(session, {entry.project_id for entry in entries})
     if not listening:
         return []
     items = [

@@ -19,7 +19,7 @@ from app.observability.counters import labels_text, parse_labels, well_formed
 HASH = "tidings:gauges"
 MEASURED_AT = "measured_at"
 GAUGES = {
-    "queue_depth": "Tasks waiting in each Celery queue (each task carries up to 500 message ids).",
+    "queue_depth": "Tasks waiting in each queue: up to 500 message ids each, or a bulk lane's token per chunk.",
     "pending_messages": "Messages waiting for a worker, by lane (the queue they are bound for).",
     "oldest_pending_seconds": "Age of the oldest message waiting for a worker, by lane.",
 }

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import session_factory
-from app.enums import ACTIVE_STATUSES, MessageStatus
+from app.enums import ACTIVE_STATUSES, REQUEUABLE_STATUSES, MessageStatus
 from app.redis_client import redis_for
 from app.runtime.cli_base import load_settings, one_line_errors
 
@@ -233,21 +233,31 @@ def _provider_row(state: dict[str, Any]) -> tuple[Any, ...]:
 
 
 @click.command()
-@click.option("--id", "ids", multiple=True, help="A dead message's id; repeat for more.")
+@click.option(
+    "--status",
+    type=click.Choice([status.value for status in REQUEUABLE_STATUSES]),
+    default=MessageStatus.DEAD.value,
+    show_default=True,
+    help="dead letters, or unknown messages (which may then be delivered twice).",
+)
+@click.option("--id", "ids", multiple=True, help="A message's id; repeat for more.")
 @click.option("--project")
 @click.option("--channel")
 @click.option("--provider")
-@click.option("--since", help="Dead letters created from (RFC 3339).")
-@click.option("--until", help="Dead letters created before (RFC 3339).")
+@click.option("--since", help="Messages created from (RFC 3339).")
+@click.option("--until", help="Messages created before (RFC 3339).")
 @click.option("--by", "requested_by", default="cli", show_default=True, help="Recorded in each message's timeline.")
 @one_line_errors
 def requeue(ids: tuple[str, ...], requested_by: str, **filters: str | None) -> None:
-    """Send dead letters again with fresh attempts (up to 10,000 a run)."""
+    """Send dead letters, or unknown messages, again with fresh attempts (up to 10,000 a run)."""
     from app.schemas.core import RequeueSchema
     from app.services import operations
 
     criteria = load(RequeueSchema(), {"ids": list(ids), "requested_by": requested_by, **filters})
-    click.echo(f"requeued {operations.requeue(connect().db, criteria)}")
+    answer = operations.requeue_answer(connect().db, criteria)
+    click.echo(f"requeued {answer['requeued']}")
+    if "warning" in answer:
+        click.echo(f"warning: {answer['warning']}", err=True)
 
 
 @click.command()

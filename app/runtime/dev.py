@@ -147,6 +147,7 @@ def _print_banner(url: str, settings: Settings, demo_key: str) -> None:
     print(
         f"""
 Tidings is ready at {url}  (API docs: {url}/docs, Flower: http://{settings.host}:{settings.flower_port})
+  console:          {url}/console  (sign in with the admin key or the demo project key)
   admin key:        {settings.admin_key}
   demo project key: {demo_key}
   providers:        {", ".join(f"{c}={','.join(chain)}" for c, chain in settings.chains.items())}

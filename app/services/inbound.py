@@ -9,6 +9,13 @@ applied in full.
 
 A verified event that names no message of ours (sent before Tidings, or erased) is
 acknowledged and counted, not an error: the provider would retry it forever.
+
+A message is `unknown` when its worker stopped during the provider call: the provider may
+have taken it, and we never read its answer, nor its id for the message. The provider's own
+report settles it: found by our id, which every adapter sends along, it moves the message on
+(a failure too, which a `sent` message ignores), records the provider's id, and its event
+says `resolved: unknown`. A message still `sending` is settled alike: its worker may be
+dead with the sweeper yet to notice, and the report, applied once, would not come again.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from providers.inbound.base import HARD, InboundEvent, Kind, Receiver, Refused, 
 
 # Later news wins, never earlier: a delivery report arriving after a bounce changes nothing.
 STATUS_ORDER = [
+    MessageStatus.SENDING,
     MessageStatus.UNKNOWN,
     MessageStatus.SENT,
     MessageStatus.DELIVERED,
@@ -47,6 +55,21 @@ STATUS_FOR: dict[Kind, MessageStatus] = {
     Kind.BOUNCED: MessageStatus.BOUNCED,
     Kind.COMPLAINED: MessageStatus.COMPLAINED,
 }
+# Where we do not know whether the provider took the message: the worker stopped during the
+# call (`unknown`), or may have (`sending`). Only the provider's report can settle these.
+UNSETTLED = (MessageStatus.SENDING, MessageStatus.UNKNOWN)
+# A provider's failure report moves only an unsettled message: it says the provider took the
+# message and did not send it. A `sent` one keeps its status, as it always has, the failure
+# on its timeline. Any other news about the same message outranks it.
+FAILED_IF_UNSETTLED = {Kind.FAILED: MessageStatus.FAILED}
+
+# Whether the news `v.status` moves message `m` on: only forward in STATUS_ORDER, or a failure
+# report for an unsettled message. Read in the UPDATE itself, so a message another request
+# (or its worker's finalise) moved meanwhile is judged as it now stands.
+MOVES = """v.status IS NOT NULL
+              AND (array_position(CAST(:order AS text[]), CAST(m.status AS text))
+                   < array_position(CAST(:order AS text[]), v.status)
+                   OR (m.status = ANY(CAST(:unsettled AS text[])) AND v.status = 'failed'))"""
 
 
 @dataclass(frozen=True)
@@ -133,12 +156,14 @@ def apply(
     todo = [event for event in unique if event.key in fresh]
     found = find_messages(session, provider, project_id, todo)
     matched = [(event, found[index]) for index, event in enumerate(todo) if index in found]
-    set_statuses(session, matched)
+    update_messages(session, matched)
     suppressed = suppress(session, matched)
     store.record_events(
         session,
         [
-            store.NewEvent(row.id, row.project_id, EventType(event.kind.value), event_data(provider, event, suppressed))
+            store.NewEvent(
+                row.id, row.project_id, EventType(event.kind.value), event_data(provider, event, row, suppressed)
+            )
             for event, row in matched
         ],
     )
@@ -183,11 +208,12 @@ def find_messages(
                 SELECT * FROM unnest(CAST(:ns AS int[]), CAST(:ids AS uuid[]), CAST(:pmids AS text[]),
                                      CAST(:recipients AS text[])) AS e(n, message_id, pmid, recipient)
             )
-            SELECT e.n, m.id::text AS id, m.project_id, m.channel, m.to_address
+            SELECT e.n, m.id::text AS id, m.project_id, m.channel, m.to_address, m.status,
+                   m.provider_message_id
             FROM e JOIN messages m ON m.id = e.message_id
             WHERE m.provider = :provider AND (CAST(:project AS text) IS NULL OR m.project_id = :project)
             UNION ALL
-            SELECT e.n, m.id::text, m.project_id, m.channel, m.to_address
+            SELECT e.n, m.id::text, m.project_id, m.channel, m.to_address, m.status, m.provider_message_id
             FROM e JOIN messages m ON m.provider = :provider AND m.provider_message_id = e.pmid
             WHERE e.message_id IS NULL AND (e.recipient IS NULL OR m.to_address = e.recipient)
               AND (CAST(:project AS text) IS NULL OR m.project_id = :project)
@@ -213,30 +239,51 @@ def our_id(event: InboundEvent) -> str | None:
         return None
 
 
-def set_statuses(session: Session, matched: Sequence[tuple[InboundEvent, Row]]) -> None:
-    """Delivered, bounced, complained: each message takes the latest of the news about it."""
-    rank = {status: n for n, status in enumerate(STATUS_ORDER)}
+def target_status(event: InboundEvent, row: Row) -> MessageStatus | None:
+    """The status an event asks its message to take, if any (the UPDATE keeps it only forward)."""
+    if row.status in UNSETTLED and event.kind in FAILED_IF_UNSETTLED:
+        return FAILED_IF_UNSETTLED[event.kind]
+    return STATUS_FOR.get(event.kind)
+
+
+def rank(status: MessageStatus) -> int:
+    """Where news stands in STATUS_ORDER; a failure report (for an unsettled message only) below all other news."""
+    return -1 if status is MessageStatus.FAILED else STATUS_ORDER.index(status)
+
+
+def update_messages(session: Session, matched: Sequence[tuple[InboundEvent, Row]]) -> None:
+    """Each message takes the latest of the news about it (delivered, bounced, complained; a
+    failure where it was unsettled) and, where it has none, the provider's id for it, which a
+    message left `unknown` never recorded."""
     latest: dict[str, MessageStatus] = {}
+    provider_ids: dict[str, str] = {}
     for event, row in matched:
-        status = STATUS_FOR.get(event.kind)
-        if status is not None and rank[status] > rank.get(latest.get(row.id), -1):
+        status = target_status(event, row)
+        if status is not None and (row.id not in latest or rank(status) > rank(latest[row.id])):
             latest[row.id] = status
-    if not latest:
+        if row.provider_message_id is None and event.provider_message_id:
+            provider_ids.setdefault(row.id, event.provider_message_id)
+    ids = sorted(latest.keys() | provider_ids.keys())
+    if not ids:
         return
     session.execute(
         text(
-            """
-            UPDATE messages m SET status = v.status, updated_at = now()
-            FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[])) AS v(id, status)
-            WHERE m.id = v.id
-              AND array_position(CAST(:order AS text[]), CAST(m.status AS text))
-                  < array_position(CAST(:order AS text[]), v.status)
+            f"""
+            UPDATE messages m
+            SET status = CASE WHEN {MOVES} THEN v.status ELSE m.status END,
+                provider_message_id = COALESCE(m.provider_message_id, v.pmid),
+                updated_at = now()
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:statuses AS text[]), CAST(:pmids AS text[]))
+                 AS v(id, status, pmid)
+            WHERE m.id = v.id AND ({MOVES} OR (m.provider_message_id IS NULL AND v.pmid IS NOT NULL))
             """
         ),
         {
-            "ids": list(latest),
-            "statuses": [status.value for status in latest.values()],
+            "ids": ids,
+            "statuses": [latest[i].value if i in latest else None for i in ids],
+            "pmids": [provider_ids.get(i) for i in ids],
             "order": [status.value for status in STATUS_ORDER],
+            "unsettled": [status.value for status in UNSETTLED],
         },
     )
 
@@ -263,9 +310,12 @@ def suppress(session: Session, matched: Sequence[tuple[InboundEvent, Row]]) -> s
     return set(entries)
 
 
-def event_data(provider: str, event: InboundEvent, suppressed: set[str]) -> dict[str, Any]:
+def event_data(provider: str, event: InboundEvent, row: Row, suppressed: set[str]) -> dict[str, Any]:
     data: dict[str, Any] = {"provider": provider, "provider_event": event.name}
     optional = {
+        # The message was `unknown` or `sending` (its worker stopped mid-call, or may have)
+        # and this report settles it.
+        "resolved": row.status if settles(event, row) else None,
         "provider_message_id": event.provider_message_id,
         "bounce": event.bounce,
         "occurred_at": event.occurred_at,
@@ -274,3 +324,7 @@ def event_data(provider: str, event: InboundEvent, suppressed: set[str]) -> dict
     data.update({key: value for key, value in optional.items() if value is not None})
     data["raw"] = event.raw
     return data
+
+
+def settles(event: InboundEvent, row: Row) -> bool:
+    return row.status in UNSETTLED and target_status(event, row) is not None

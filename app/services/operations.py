@@ -1,4 +1,4 @@
-"""Operator actions: requeue dead letters, pause and resume providers, read their state."""
+"""Operator actions: requeue dead letters (or unknown messages), pause and resume providers, read their state."""
 
 from __future__ import annotations
 
@@ -10,24 +10,33 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import enqueue_after_commit
-from app.delivery import dispatch, store
+from app.delivery import dispatch, store, waiting_room
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.pauses import ProviderPauses
 from app.delivery.queues import active_providers
-from app.enums import EventType
+from app.enums import EventType, MessageStatus, Priority
 from app.errors import abort, uuid_or_404
 from app.models import Message
 
 REQUEUE_LIMIT = 10_000
 
 
+# What a requeue of `unknown` messages says, in each one's event and to whoever asked.
+MAY_ARRIVE_TWICE = (
+    "requeued while unknown: the provider may have delivered it already, so the recipient may get it twice"
+)
+
+
 def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
-    """Send dead letters through the pipeline again, with fresh attempts and an event.
+    """Send dead letters, or `unknown` messages when an operator asks for them explicitly,
+    through the pipeline again, with fresh attempts and an event.
 
     They go back to `accepted`, so prepare checks them again (a suppression added since
-    their death still holds) and picks today's provider for their channel.
+    their death still holds) and picks today's provider for their channel. An `unknown`
+    message may have reached its recipient: its event carries that warning.
     """
-    conditions, params = ["m.status = 'dead'"], {"limit": REQUEUE_LIMIT}
+    status = criteria.get("status", MessageStatus.DEAD.value)
+    conditions, params = ["m.status = :status"], {"limit": REQUEUE_LIMIT, "status": status}
     for name, condition in (
         ("ids", "m.id = ANY(CAST(:ids AS uuid[]))"),
         ("project", "m.project_id = :project"),
@@ -40,18 +49,19 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
             conditions.append(condition)
             value = criteria[name]
             params[name] = [str(v) for v in value] if name == "ids" else str(value) if name == "channel" else value
+    warning = {"warning": MAY_ARRIVE_TWICE} if status == MessageStatus.UNKNOWN else {}
     with db.begin() as session:
         rows = session.execute(
             text(
                 f"""
-                WITH dead AS (
+                WITH requeued AS (
                     SELECT m.id, m.attempts FROM messages m WHERE {" AND ".join(conditions)}
                     ORDER BY m.created_at LIMIT :limit FOR UPDATE SKIP LOCKED
                 )
                 UPDATE messages m
                 SET status = 'accepted', attempts = 0, error = NULL, next_attempt_at = NULL, updated_at = now()
-                FROM dead WHERE m.id = dead.id
-                RETURNING m.id::text AS id, m.project_id, m.priority, dead.attempts
+                FROM requeued WHERE m.id = requeued.id
+                RETURNING m.id::text AS id, m.project_id, m.priority, requeued.attempts
                 """
             ),
             params,
@@ -63,7 +73,7 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
                     row.id,
                     row.project_id,
                     EventType.REQUEUED,
-                    {"by": criteria["requested_by"], "previous_attempts": row.attempts},
+                    {"by": criteria["requested_by"], "previous_attempts": row.attempts, **warning},
                 )
                 for row in rows
             ],
@@ -73,6 +83,14 @@ def requeue(db: sessionmaker[Session], criteria: dict[str, Any]) -> int:
             for signature in dispatch.prepare(ids, priority, project=project):
                 enqueue_after_commit(session, signature)
     return len(rows)
+
+
+def requeue_answer(db: sessionmaker[Session], criteria: dict[str, Any]) -> dict[str, Any]:
+    """What the API and the CLI answer a requeue with: how many, and the warning it deserves."""
+    answer: dict[str, Any] = {"requeued": requeue(db, criteria)}
+    if criteria.get("status") == MessageStatus.UNKNOWN and answer["requeued"]:
+        answer["warning"] = MAY_ARRIVE_TWICE
+    return answer
 
 
 # A circuit breaker's states, in the order an alert reads them: closed is healthy.
@@ -97,6 +115,8 @@ def provider_states(settings: Settings, client: redis.Redis) -> list[dict[str, A
             "breaker": circuits[name].state.value,
             "breaker_failures": circuits[name].failures,
             "breaker_seconds_left": circuits[name].seconds_left,
+            "recent_answered": circuits[name].recent_answered,
+            "recent_failed": circuits[name].recent_failed,
         }
         for name in names
     ]
@@ -112,15 +132,17 @@ def set_pause(settings: Settings, client: redis.Redis, provider: str, pause: dic
     """Pause (`pause` given) or resume (`None`) a provider by hand; unknown names are 404.
 
     Resuming also closes its circuit breaker: whoever resumes it says it works again.
+    Either way what waited for the old pause is woken: it leaves now, or waits again for
+    the new pause's end, which may come sooner than the old one's.
     """
     known_provider(settings, provider)
     pauses = ProviderPauses(client)
+    pauses.resume(provider)  # a hand-set pause replaces whatever was there
     if pause is None:
-        pauses.resume(provider)
         CircuitBreakers(client, settings.breaker).reset(provider)
     else:
-        pauses.resume(provider)  # a hand-set pause replaces whatever was there
         pauses.pause(provider, pause["seconds"], pause["reason"])
+    waiting_room.release_now(client, provider, list(Priority))
     return next(state for state in provider_states(settings, client) if state["name"] == provider)
 
 

@@ -6,6 +6,9 @@ callback is one status of one message, so (MessageSid, MessageStatus) identifies
 The URL is the one configured at Twilio, which a proxy may hide from us: set
 TIDINGS_PUBLIC_URL. Twilio's own libraries also accept the URL with the scheme's default port
 added or removed, since that is how it may have been written at Twilio; so do we.
+
+Our message id comes back in the URL's query, where the adapter put it (`StatusCallback`);
+being part of the signed URL, it is as authentic as the rest.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from typing import ClassVar, Self
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
-from providers.inbound.base import HARD, SOFT, BadSignature, InboundEvent, Kind, WebhookRequest
+from providers.inbound.base import HARD, SOFT, BadSignature, InboundEvent, Kind, WebhookRequest, tagged_id
 
 STATUSES: Mapping[str, Kind] = {
     "delivered": Kind.DELIVERED,
@@ -83,6 +86,7 @@ class TwilioReceiver:
                 name=status,
                 raw=form,
                 provider_message_id=sid,
+                message_id=tagged_id(parse_qs(urlsplit(request.url).query)),
                 recipient=form.get("To"),
                 bounce=(HARD if error in HARD_ERRORS else SOFT) if kind is Kind.BOUNCED else None,
             )

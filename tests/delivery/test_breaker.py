@@ -129,3 +129,13 @@ def test_an_unreachable_redis_never_stops_a_send():
     assert breakers.admit("fake").admitted
     assert breakers.record("fake", ok=0, failed=1, probe=False) is None
     assert breakers.states(["fake"])["fake"].state is CircuitState.CLOSED
+
+
+def test_states_count_the_messages_of_the_error_rate_window(breakers, name):
+    breakers.record(name, ok=7, failed=1, probe=False)
+    breakers.record(name, ok=0, failed=2, probe=False)
+    circuit = breakers.states([name])[name]
+    assert (circuit.recent_answered, circuit.recent_failed) == (7, 3)
+    assert circuit.state is CircuitState.CLOSED and circuit.failures == 1
+    breakers.reset(name)
+    assert breakers.states([name])[name].recent_answered == 0

@@ -13,18 +13,31 @@ from tests.provider_server import FakeProviderServer
 
 @pytest.fixture
 def provider() -> Iterator[FakeProviderServer]:
-    """A provider of the test's own, with 100 ms per call, that honours our message id."""
-    server = FakeProviderServer(latency=0.1, deduplicate=True).start()
+    """A provider of the test's own, with 100 ms per call, that takes no idempotency key: every
+    repeat is a second delivery, so the ledger forgives nothing. A test that plays a
+    provider which de-duplicates sets `provider.deduplicate = True` before making its stack."""
+    server = FakeProviderServer(latency=0.1, deduplicate=False).start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def make_stack(tmp_path, server_urls, migrated, provider) -> Iterator:
+def pool() -> str:
+    """The workers' pool; a module runs its tests under both with
+    `pytestmark = pytest.mark.parametrize("pool", POOLS)`."""
+    return "threads"
+
+
+@pytest.fixture
+def make_stack(tmp_path, server_urls, migrated, provider, pool) -> Iterator:
     stacks: list[Stack] = []
 
     def make(**overrides: str) -> Stack:
-        stack = Stack(tmp_path / f"stack{len(stacks)}", server_urls[0], provider.url, **overrides)
+        """A stack whose workers know what the provider is: resending an abandoned claim is
+        safe only where it de-duplicates (`overrides` may say otherwise, on purpose)."""
+        idempotent = {"FAKE_PROVIDER_IDEMPOTENT": str(provider.deduplicate).lower()}
+        directory = tmp_path / f"stack{len(stacks)}"
+        stack = Stack(directory, server_urls[0], provider.url, pool, **{**idempotent, **overrides})
         stacks.append(stack)
         return stack
 

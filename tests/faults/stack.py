@@ -8,11 +8,13 @@ or a stack's own embedded server for tests that restart it.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import requests
 from celery import Celery
@@ -30,12 +32,24 @@ FAST_RECOVERY = {
     "STALLED_AFTER_SECONDS": "3",
     "SWEEP_INTERVAL_SECONDS": "1",
     "RETRY_DELAY_SCALE": "0.02",
+    # A worker silent for 3 s (six missed beats) is taken for dead.
+    "WORKER_HEARTBEAT_SECONDS": "0.5",
+    "WORKER_DEAD_AFTER_SECONDS": "3",
 }
 
 
+# The Celery pools a worker may run: threads (`tidings worker`'s default) and prefork (what
+# `--autoscale` needs, and what docker/compose.yaml runs).
+POOLS = ("threads", "prefork")
+
+
 class Stack(Processes):
-    def __init__(self, tmp_path: Path, database_url: str, provider_url: str | None, **overrides: str):
-        """Email goes to the `fake` provider at `provider_url`; with None, `overrides` say where it goes."""
+    def __init__(
+        self, tmp_path: Path, database_url: str, provider_url: str | None, pool: str = "threads", **overrides: str
+    ):
+        """Email goes to the `fake` provider at `provider_url`; with None, `overrides` say where
+        it goes. Workers run `pool` unless a test's own arguments name another."""
+        self.pool = pool
         self.redis = EmbeddedRedis().start()
         inherited = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
         fake = {"EMAIL_PROVIDER": "fake", "FAKE_PROVIDER_URL": provider_url} if provider_url is not None else {}
@@ -48,6 +62,15 @@ class Stack(Processes):
         }
         super().__init__(tmp_path, env)
         self._publisher: Celery | None = None
+
+    def start_worker(self, name: str = "worker", *args: str, **env: str) -> subprocess.Popen:
+        """A worker that calls the fake provider at a path of its own name, so the provider's
+        ledger says which worker process sent each request (the pace is the provider's, by
+        its name, whatever the URL)."""
+        url = self.env.get("FAKE_PROVIDER_URL")
+        if url:
+            env = {"FAKE_PROVIDER_URL": f"{url.rstrip('/')}/{name}", **env}
+        return super().start_worker(name, "--pool", self.pool, *args, **env)
 
     def publish_prepare(self, ids: list[str], priority: str = "bulk") -> None:
         """Queue prepare tasks as the API does after its commit, in chunks of 500."""
@@ -160,19 +183,64 @@ def wait_until_terminal(engine: Engine, ids: list[str], timeout: float) -> dict[
     )
 
 
-def assert_ledger_agrees(seen: dict[str, str], ledger, idempotent: bool) -> Counter:
-    """The automatic end check: all terminal; sent ones at the provider, others never.
+class Ledger(Protocol):
+    """What a fault test's receiver knows: per message, how often it arrived."""
 
-    Returns how many times each message reached the provider, for the test to report.
-    """
-    not_terminal = Counter(status for status in seen.values() if status not in TERMINAL)
-    assert not not_terminal, f"not terminal at the deadline: {dict(not_terminal)}"
-    counts = Counter(r.message_id for r in ledger.delivered())
-    for message_id, status in seen.items():
-        if status == "sent":
-            assert counts[message_id] >= 1, f"{message_id} is sent but the provider never saw it"
-        elif status in ("failed", "suppressed", "cancelled", "skipped"):
-            assert counts[message_id] == 0, f"{message_id} is {status} but reached the provider"
-        if idempotent:
-            assert counts[message_id] <= 1, f"{message_id} reached an idempotent provider twice"
-    return counts
+    def deliveries(self) -> Counter[str]:
+        """How many times each message reached its recipient."""
+        ...
+
+    def appearances(self) -> Counter[str]:
+        """How many requests carried each message, repeats included."""
+        ...
+
+
+# How many deliveries each final status allows: once for what went, at most once for
+# `unknown` (the call may or may not have reached the provider), never for any other final
+# status (failed, dead, suppressed, cancelled, skipped). A status not here is not final.
+ALLOWED_DELIVERIES = {status: (0,) for status in TERMINAL} | {"sent": (1,), "delivered": (1,), "unknown": (0, 1)}
+LOST = "lost"  # a message whose row vanished
+
+
+@dataclass(frozen=True)
+class LedgerTally:
+    """A fault test's end, per message: its final status, how often it was delivered, and
+    how many requests carried a message again (retries, resends; de-duplicated or not)."""
+
+    outcomes: dict[str, int]
+    deliveries: dict[int, int]
+    repeated_requests: int
+
+    def report(self, fault: str, at_injection: Mapping[str, object]) -> str:
+        """The one line per fault test the closing note quotes; printed, and returned."""
+        line = (
+            f"FAULT {fault}: at injection {dict(at_injection)}; outcomes {self.outcomes}; "
+            f"deliveries per message {self.deliveries}; repeated requests {self.repeated_requests}"
+        )
+        print(f"\n{line}")
+        return line
+
+
+def assert_ledger_agrees(ids: Iterable[str], seen: Mapping[str, str], ledger: Ledger) -> LedgerTally:
+    """The end check of every fault test: each message's final status against how often the
+    provider's ledger says it was delivered (sent: once; unknown: at most once; every other
+    final status: never). A row that vanished is lost; a status that is not final fails too.
+    Every message the test made is counted once, so the outcomes add up to their number, and
+    the deliveries to the sent ones plus the unknown ones that arrived. Every violation is
+    listed, not only the first."""
+    wanted = list(dict.fromkeys(ids))
+    assert set(seen) <= set(wanted), f"statuses of messages the test did not make: {set(seen) - set(wanted)}"
+    deliveries, appearances = ledger.deliveries(), ledger.appearances()
+    outcomes = Counter(seen.get(message_id, LOST) for message_id in wanted)
+    wrong = [
+        f"{message_id} {seen.get(message_id, LOST)} delivered {deliveries[message_id]}x"
+        for message_id in wanted
+        if deliveries[message_id] not in ALLOWED_DELIVERIES.get(seen.get(message_id, LOST), ())
+    ]
+    tally = LedgerTally(
+        dict(outcomes),
+        dict(Counter(deliveries[message_id] for message_id in wanted)),
+        sum(max(appearances[message_id] - 1, 0) for message_id in wanted),
+    )
+    assert not wrong, f"{len(wrong)} of {len(wanted)} disagree with the ledger ({tally}): {wrong[:10]}"
+    return tally

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -13,22 +12,23 @@ from sqlalchemy import text
 from werkzeug import Request, Response
 
 from tasks.isolation import KILLED_RUNS
-from tests.faults.stack import Stack, insert_accepted, wait_until_terminal
+from tests.faults.stack import Stack, assert_ledger_agrees, insert_accepted, wait_until_terminal
+from tests.waiting import wait_until
 
 
 def wait_until_stuck_on(engine, holder_pid: int, waiting_before: int, timeout: float = 30) -> int:
     """Until one more backend waits for the lock the test holds: a prepare run is stuck on the poison."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def waiting() -> int:
         with engine.connect() as connection:
-            waiting = connection.execute(
+            return connection.execute(
                 text("SELECT count(*) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"),
                 {"holder": holder_pid},
             ).scalar_one()
-        if waiting > waiting_before:
-            return waiting
-        assert time.monotonic() < deadline, f"no prepare run got stuck on the poison ({waiting} waiting)"
-        time.sleep(0.05)
+
+    return wait_until(
+        waiting, lambda n: n > waiting_before, timeout, f"more than {waiting_before} prepare runs stuck on the poison"
+    )
 
 
 def end_waiters(engine, holder_pid: int) -> None:
@@ -44,8 +44,7 @@ def end_waiters(engine, holder_pid: int) -> None:
 def test_a_message_that_kills_its_worker_fails_alone_and_its_batch_mates_are_sent_once(
     make_stack, provider, engine, fault_project
 ):
-    provider.deduplicate = False
-    stack = make_stack(FAKE_PROVIDER_IDEMPOTENT="false")
+    stack = make_stack()
     ids = insert_accepted(engine, fault_project, 20)
     poison = ids[7]
     with engine.connect() as holder:
@@ -66,16 +65,18 @@ def test_a_message_that_kills_its_worker_fails_alone_and_its_batch_mates_are_sen
         stack.start_worker("survivor", "--concurrency", "2")
         seen = wait_until_terminal(engine, ids, timeout=60)
         holder.rollback()
+    tally = assert_ledger_agrees(ids, seen, provider)
+    tally.report("a prepare that kills its worker", {"worker deaths": KILLED_RUNS, "stuck on": "the poison's row lock"})
     assert seen[poison] == "failed"
-    assert Counter(seen.values()) == Counter({"sent": 19, "failed": 1})
-    ledger = Counter(r.message_id for r in provider.delivered())
-    assert all(ledger[message_id] == 1 for message_id in ids if message_id != poison)
-    assert ledger[poison] == 0
+    assert tally.outcomes == {"sent": 19, "failed": 1}
+    assert error_of(engine, poison) == f"prepare killed its worker {KILLED_RUNS} times"
+
+
+def error_of(engine, message_id: str) -> str | None:
     with engine.connect() as connection:
-        error = connection.execute(
-            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
+        return connection.execute(
+            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": message_id}
         ).scalar_one()
-    assert error == f"prepare killed its worker {KILLED_RUNS} times"
 
 
 class HangingProvider:
@@ -97,10 +98,7 @@ class HangingProvider:
         return Response("the worker is gone", status=500)
 
     def wait_held(self, count: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.held) < count:
-            assert time.monotonic() < deadline, f"the poison's call was held {len(self.held)} times, not {count}"
-            time.sleep(0.05)
+        wait_until(lambda: len(self.held), lambda n: n >= count, timeout, f"the poison's call held {count} times")
 
     def release_all(self) -> None:
         for release in self.held:
@@ -130,8 +128,9 @@ def kill_while_held(
 def test_a_message_whose_sending_kills_its_worker_fails_alone_and_its_batch_mates_are_sent_once(
     make_stack, provider, engine, fault_project
 ):
-    provider.deduplicate = False  # the ledger counts every accepted request, repeats included
-    stack = make_stack(CLAIM_TIMEOUT_SECONDS="2")  # the fake provider is idempotent: abandoned claims retry
+    # The workers take the provider for one that de-duplicates, so they send abandoned claims
+    # again; the ledger forgives no repeat, so a resend of anything that went would show.
+    stack = make_stack(CLAIM_TIMEOUT_SECONDS="2", FAKE_PROVIDER_IDEMPOTENT="true")
     ids = insert_accepted(engine, fault_project, 20)
     poison = ids[7]
     provider.override = hanging = HangingProvider(poison)
@@ -143,14 +142,9 @@ def test_a_message_whose_sending_kills_its_worker_fails_alone_and_its_batch_mate
         seen = wait_until_terminal(engine, ids, timeout=60)
     finally:
         hanging.release_all()
-    assert Counter(seen.values()) == Counter({"sent": 19, "failed": 1})
+    tally = assert_ledger_agrees(ids, seen, provider)
+    tally.report("a delivery that kills its worker", {"worker deaths": KILLED_RUNS, "calls held": len(hanging.held)})
+    assert tally.outcomes == {"sent": 19, "failed": 1}
     assert seen[poison] == "failed"
     assert len(hanging.held) == KILLED_RUNS  # the first with its whole batch, then alone
-    ledger = Counter(r.message_id for r in provider.delivered())
-    assert [ledger[i] for i in ids if i != poison] == [1] * 19
-    assert ledger[poison] == 0
-    with engine.connect() as connection:
-        error = connection.execute(
-            text("SELECT error FROM messages WHERE id = CAST(:id AS uuid)"), {"id": poison}
-        ).scalar_one()
-    assert error == f"deliver killed its worker {KILLED_RUNS} times"
+    assert error_of(engine, poison) == f"deliver killed its worker {KILLED_RUNS} times"

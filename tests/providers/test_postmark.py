@@ -105,6 +105,9 @@ def test_a_batch_of_500_is_one_call(httpserver, adapter):
     assert PostmarkProvider.max_batch == 500
     assert {r.outcome for r in adapter.send(batch)} == {Outcome.SENT}
     assert len(httpserver.log) == 1
+    # Each message's own Metadata names it in Postmark's webhooks.
+    sent = httpserver.log[0][0].get_json()
+    assert [m["Metadata"] for m in sent] == [{"tidings_message_id": m.message_id} for m in batch]
 
 
 def test_a_batch_answer_longer_than_one_answers_cap_is_read_whole(httpserver, adapter):

@@ -8,6 +8,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from providers import registry
 from providers.base import (
     ConfigurationError,
     Outcome,
@@ -18,6 +19,7 @@ from providers.base import (
 )
 from providers.resend import ResendProvider
 from tests.providers.helpers import FILES, email, emails
+from tests.providers.resend_server import ResendServer, resend_error
 
 SETTINGS = {"RESEND_API_KEY": "re_test_123", "EMAIL_FROM": "Acme <hello@acme.test>"}
 
@@ -72,6 +74,8 @@ def test_a_batch_is_one_permissive_call_with_a_stable_idempotency_key(httpserver
     body = seen[0].get_json()
     assert [e["to"] for e in body] == [["user1@example.com"], ["user2@example.com"], ["user3@example.com"]]
     assert {e["from"] for e in body} == {"other@acme.test"}
+    # Each email's own tag names its message in Resend's webhooks.
+    assert [e["tags"] for e in body] == [[{"name": "tidings_message_id", "value": f"m{n}"}] for n in (1, 2, 3)]
     assert seen[0].headers["x-batch-validation"] == "permissive"
     # The same messages again carry the same key: Resend answers instead of sending twice.
     assert seen[0].headers["Idempotency-Key"] == seen[1].headers["Idempotency-Key"]
@@ -100,10 +104,6 @@ def test_an_email_missing_from_the_batch_answer_is_transient(httpserver, adapter
 
 def test_max_batch_is_resends_limit():
     assert ResendProvider.max_batch == 100
-
-
-def resend_error(status: int, name: str, message: str = "details") -> Response:
-    return Response(json.dumps({"statusCode": status, "name": name, "message": message}), status)
 
 
 @pytest.mark.parametrize(
@@ -177,3 +177,44 @@ def test_a_message_with_attachments_goes_alone_because_batches_take_none(httpser
         {"filename": "invoice.pdf", "content": "JVBERi0xLjQK", "content_type": "application/pdf"}
     ]
     assert [[m["to"] for m in b] for b in batches] == [[["user1@example.com"], ["user3@example.com"]]]
+
+
+@pytest.fixture
+def resend_server():
+    server = ResendServer().start()
+    yield server
+    server.stop()
+
+
+def test_the_same_call_made_again_is_answered_and_sent_once(resend_server):
+    adapter = ResendProvider.from_env({**SETTINGS, "RESEND_BASE_URL": resend_server.url})
+    for batch in (emails(3), [email(4)]):
+        first = adapter.send(batch)
+        again = adapter.send(batch)
+        assert [r.provider_message_id for r in again] == [r.provider_message_id for r in first]
+    assert resend_server.deliveries() == {"m1": 1, "m2": 1, "m3": 1, "m4": 1}
+    assert resend_server.replays == 2
+
+
+def test_the_same_messages_in_another_grouping_are_sent_again(resend_server):
+    """Why an abandoned claim is resent as its very calls, and never retried in another grouping."""
+    adapter = ResendProvider.from_env({**SETTINGS, "RESEND_BASE_URL": resend_server.url})
+    adapter.send(emails(3))
+    adapter.send([email(1)])
+    adapter.send(emails(3)[1:])
+    assert resend_server.deliveries() == {"m1": 2, "m2": 2, "m3": 2}
+    assert resend_server.replays == 0
+
+
+def test_a_key_used_with_another_body_is_refused_as_resend_does(resend_server):
+    adapter = ResendProvider.from_env({**SETTINGS, "RESEND_BASE_URL": resend_server.url})
+    adapter.send([email(1)])
+    [result] = adapter.send([email(1, subject="Changed")])
+    assert (result.outcome, "invalid_idempotent_request" in result.error) == (Outcome.PERMANENT, True)
+    assert resend_server.deliveries() == {"m1": 1}
+
+
+def test_resend_deduplicates_a_repeated_call_not_a_message():
+    assert registry.deduplicates_calls("resend")
+    assert not ResendProvider.idempotent
+    assert not registry.deduplicates_calls("postmark")

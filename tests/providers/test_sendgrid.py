@@ -74,6 +74,10 @@ def test_a_batch_is_one_request_per_distinct_content(httpserver, adapter):
     assert [len(b["personalizations"]) for b in bodies] == [3, 1]
     assert bodies[0]["content"] == [{"type": "text/plain", "value": "Same for all"}]
     assert [p["subject"] for p in bodies[0]["personalizations"]] == ["Hello 1", "Hello 2", "Hello 3"]
+    # Each personalization's custom_args name its message in SendGrid's events.
+    assert [p["custom_args"] for b in bodies for p in b["personalizations"]] == [
+        {"tidings_message_id": f"m{n}"} for n in (1, 2, 3, 4)
+    ]
 
 
 def test_max_batch_is_one_thousand_personalizations(httpserver, adapter):

@@ -9,7 +9,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from providers.base import ConfigurationError, Outbound, Outcome, PermanentError, RateLimited
+from providers.base import STATUS_CALLBACK_URL, ConfigurationError, Outbound, Outcome, PermanentError, RateLimited
 from providers.twilio import TwilioProvider
 
 SID = "AC0123456789abcdef0123456789abcdef"
@@ -77,6 +77,31 @@ def test_a_messaging_service_replaces_the_from_number(httpserver):
     adapter.send([sms(1)])
     form = httpserver.log[0][0].form
     assert (form.get("MessagingServiceSid"), form.get("From")) == ("MG0123", None)
+
+
+def test_each_message_asks_for_its_status_at_our_url_with_its_id(httpserver):
+    """Twilio echoes no metadata: the status callback URL carries our id back, signed with it."""
+    callback = "https://tidings.example.com/v1/inbound/twilio/acme"
+    adapter = TwilioProvider.from_env(
+        {**SETTINGS, "TWILIO_BASE_URL": httpserver.url_for(""), STATUS_CALLBACK_URL: callback}
+    )
+    httpserver.expect_request(PATH).respond_with_json(created(), status=201)
+    adapter.send([sms(1), sms(2)])
+    forms = [request.form for request, _ in httpserver.log]
+    assert [form.get("StatusCallback") for form in forms] == [
+        callback + "?tidings_message_id=m1",
+        callback + "?tidings_message_id=m2",
+    ]
+
+
+def test_a_callback_url_with_a_query_keeps_it():
+    adapter = TwilioProvider.from_env({**SETTINGS, STATUS_CALLBACK_URL: "https://t.example.com/hook?a=1"})
+    assert adapter.form(sms(7))["StatusCallback"] == "https://t.example.com/hook?a=1&tidings_message_id=m7"
+
+
+def test_without_a_callback_url_twilio_reports_where_it_was_configured(adapter):
+    """No StatusCallback: the messaging service's (or number's) own callback stays in force."""
+    assert "StatusCallback" not in adapter.form(sms(1))
 
 
 def test_one_request_per_message():

@@ -171,3 +171,20 @@ def test_check_beat_reads_the_age_of_beats_schedule(migrated, tmp_path):
     stale = runner.invoke(main, ["check", "beat"], env=env)
     assert stale.exit_code == 1
     assert "has not saved its schedule" in stale.output
+
+
+@pytest.mark.usefixtures("worker")
+def test_requeue_unknown_messages_warns_that_they_may_arrive_twice(tidings, project, engine, fake_provider):
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE messages SET status = 'unknown' WHERE id = :id"), {"id": message_id})
+    assert tidings("requeue", "--id", message_id).output.strip() == "requeued 0"  # dead letters only, by default
+    result = tidings("requeue", "--status", "unknown", "--id", message_id, "--by", "ops@acme")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "requeued 1"
+    assert result.stderr.startswith("warning: requeued while unknown") and "twice" in result.stderr
+    message = project.wait_for(message_id)
+    assert message["status"] == "sent"
+    assert [e["data"]["by"] for e in message["events"] if e["type"] == "requeued"] == ["ops@acme"]
+    assert fake_provider.count(message_id) == 1

@@ -51,8 +51,13 @@ def test_dev_runs_the_whole_stack_and_stops_cleanly(tmp_path: Path):
     )
     try:
         url = wait_for_line(process, r"Tidings is ready at (http://127\.0\.0\.1:\d+)", 120).group(1)
+        console = wait_for_line(process, r"console:\s+(\S+)", 5).group(1)
         key = wait_for_line(process, r"demo project key:\s+(\S+)", 5).group(1)
         assert url == f"http://127.0.0.1:{port}"
+        assert console == f"{url}/console"
+        login = requests.get(f"{console}/login", timeout=5)
+        assert login.status_code == 200 and "Sign in" in login.text
+        assert requests.get(f"{console}/static/console.css", timeout=5).status_code == 200
         children = psutil.Process(process.pid).children(recursive=True)
         headers = {"Authorization": f"Bearer {key}"}
         body = {

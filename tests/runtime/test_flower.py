@@ -23,6 +23,8 @@ def test_every_task_has_an_explicit_readable_name():
         "tidings.prepare_next",
         "tidings.deliver",
         "tidings.deliver_next",
+        "tidings.deliver_waiting",
+        "tidings.resend",
         "tidings.reports",
         "tidings.webhooks.deliver",
         *BEAT_TASKS,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import redis
 from sqlalchemy import text
 
-from app.delivery import adapters
+from app.delivery import adapters, heartbeats
 from tasks.celery_app import configure
 from tasks.maintenance import release_due, sweep
 from tests.conftest import email
@@ -90,6 +92,43 @@ def test_an_abandoned_claim_becomes_unknown_elsewhere(project, engine, non_dedup
     assert message["status"] == "unknown"
     assert message["events"][-1]["type"] == "unknown"
     assert fake_provider.count(message_id) == 0
+
+
+def held_by(project, engine, worker: str, status: str = "sending", still_for: str = "0 seconds") -> str:
+    """A message `status` since `still_for` ago; when sending, claimed just now by `worker`."""
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE messages SET status = :status, attempts = 1, provider = 'fake', "
+                "to_address = 'ada@example.com', claimed_at = now(), claimed_by = :worker, "
+                "claim_id = gen_random_uuid(), updated_at = now() - CAST(:still AS interval) WHERE id = :id"
+            ),
+            {"id": message_id, "status": status, "worker": worker, "still": still_for},
+        )
+    return message_id
+
+
+def test_a_silent_workers_claim_is_settled_long_before_the_claim_timeout(
+    project, engine, migrated, non_deduplicating_fake, fake_provider
+):
+    client = redis.Redis.from_url(migrated.redis_url)
+    ghost, alive = f"ghost:1:{uuid.uuid4().hex[:8]}", f"alive:2:{uuid.uuid4().hex[:8]}"
+    now, micros = client.time()
+    client.hset(heartbeats.KEY, ghost, now * 1000 + micros // 1000 - 30_000)  # it died 30 s ago
+    heartbeats.beat(client, alive)
+    abandoned, held = held_by(project, engine, ghost), held_by(project, engine, alive)
+    taken = held_by(project, engine, ghost, status="ready", still_for="45 seconds")  # its task died with it
+    counts = sweep()
+    assert counts["unknown"] >= 1 and counts["silent_workers"] >= 1 and counts["redispatched"] >= 1
+    message = project.get(abandoned).get_json()
+    assert (message["status"], message["events"][-1]["type"]) == ("unknown", "unknown")
+    assert project.get(held).get_json()["status"] == "sending"  # its worker beats: not the sweeper's
+    assert project.wait_for(taken)["status"] == "sent"
+    assert fake_provider.count(abandoned) == 0 and fake_provider.count(taken) == 1
+    assert ghost.encode() not in client.hkeys(heartbeats.KEY)
+    heartbeats.forget(client, [alive])
 
 
 def test_two_beats_releasing_at_once_release_each_message_once(client, engine):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -42,7 +43,7 @@ def test_sigterm_mid_batch_hands_back_the_unsent_rest_at_once(engine, fake_provi
     ids = ready_messages(engine, 150)  # the fake provider takes 100 per call: two calls
     fake_provider.override = shutdown_during_the_first_call
     with session_scope(client.application.extensions["tidings"].settings.database_url) as session:
-        claimed = store.claim(session, "fake", ids)
+        claimed = store.claim(session, "fake", ids, "test-worker", str(uuid.uuid4()))
     run = send_all(provider_instance("fake"), claimed, {})
     assert run.stopped
     assert (len(run.results), len(run.unsent)) == (100, 50)

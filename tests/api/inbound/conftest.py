@@ -111,18 +111,33 @@ def inbound(inbound_app: Flask, client: FlaskClient) -> FlaskClient:
     return inbound_app.test_client()
 
 
-def sent(project, engine, provider: str, provider_message_id: str, body: dict[str, Any]) -> str:
+def sent(
+    project, engine, provider: str, provider_message_id: str | None, body: dict[str, Any], status: str = "sent"
+) -> str:
     """A message as if `provider` had taken it: sent, with the provider's id for it."""
     message_id = project.send({**body, "scheduled_at": "2099-01-01T00:00:00Z"}).get_json()["id"]
     with engine.begin() as connection:
         connection.execute(
             text(
-                "UPDATE messages SET status = 'sent', provider = :provider, provider_message_id = :pmid, "
-                "sent_at = now(), attempts = 1 WHERE id = :id"
+                "UPDATE messages SET status = :status, provider = :provider, provider_message_id = :pmid, "
+                "sent_at = CASE WHEN :status = 'sent' THEN now() END, attempts = 1 WHERE id = :id"
             ),
-            {"provider": provider, "pmid": provider_message_id, "id": message_id},
+            {"status": status, "provider": provider, "pmid": provider_message_id, "id": message_id},
         )
     return message_id
+
+
+def left_unknown(project, engine, provider: str, body: dict[str, Any]) -> str:
+    """A message whose worker stopped during the call to `provider`, as the sweeper leaves it:
+    `unknown`, the provider's id for it never read."""
+    return sent(project, engine, provider, None, body, status="unknown")
+
+
+def resolved(project, message_id: str) -> tuple[str, str | None, list[tuple[str, str | None]]]:
+    """Status, provider's id, and each provider event with what it says it resolved."""
+    message = project.get(message_id).get_json()
+    events = [(e["type"], e["data"].get("resolved")) for e in inbound_events(project, message_id)]
+    return message["status"], message["provider_message_id"], events
 
 
 def inbound_events(project, message_id: str) -> list[dict]:

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from tests.api.inbound.conftest import as_body, inbound_events, resend_headers, sent
+from tests.api.inbound.conftest import as_body, inbound_events, left_unknown, resend_headers, resolved, sent
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 ADMIN = bearer(ADMIN_KEY)
@@ -56,6 +56,19 @@ def test_the_project_s_url_reaches_only_the_project_s_messages(inbound, client, 
     assert answer.get_json() == {"received": 1, "applied": 0, "duplicates": 0, "unmatched": 1}
     assert other.get(theirs).get_json()["status"] == "sent"
     assert inbound_events(other, theirs) == []
+
+
+def test_a_project_s_account_cannot_settle_another_project_s_unknown_message(inbound, client, project, engine, own):
+    """Our id in a tag is only as good as the account that echoes it: a project controls its
+    own account's tags, so its URL reaches its own messages alone."""
+    other = create_project(client)
+    theirs = left_unknown(other, engine, "resend", email())
+    mine = left_unknown(project, engine, "resend", email())
+    for message in (theirs, mine):
+        body = delivered("re-own-2", message)
+        inbound.post(own, data=body, headers=resend_headers(body, secret=OWN_SECRET))
+    assert resolved(other, theirs) == ("unknown", None, [])
+    assert resolved(project, mine) == ("delivered", "re-own-2", [("delivered", "unknown")])
 
 
 def test_a_project_without_its_own_account_has_no_url(inbound, client):

@@ -7,7 +7,15 @@ import random
 
 import pytest
 
-from tests.api.inbound.conftest import as_body, inbound_events, postmark_headers, sent, suppressions
+from tests.api.inbound.conftest import (
+    as_body,
+    inbound_events,
+    left_unknown,
+    postmark_headers,
+    resolved,
+    sent,
+    suppressions,
+)
 from tests.conftest import email
 
 URL = "/v1/inbound/postmark"
@@ -51,6 +59,22 @@ def test_a_delivery_is_applied(inbound, project, message):
     assert project.get(message).get_json()["status"] == "delivered"
     [event] = inbound_events(project, message)
     assert (event["type"], event["data"]["raw"]["DeliveredAt"]) == ("delivered", "2030-01-01T10:00:00Z")
+
+
+def test_an_unknown_message_is_bounced_by_our_metadata_and_learns_postmark_s_id(inbound, project, engine):
+    unknown = left_unknown(project, engine, "postmark", email(to="ada@example.com"))
+    answer = inbound.post(URL, data=as_body(bounce(unknown)), headers=postmark_headers())
+    assert answer.get_json()["applied"] == 1
+    assert resolved(project, unknown) == ("bounced", "pm-0001", [("bounced", "unknown")])
+    assert suppressions(project) == [("email", "ada@example.com", "bounce")]
+
+
+def test_metadata_that_is_no_message_id_is_ignored(inbound, project, engine):
+    unknown = left_unknown(project, engine, "postmark", email(to="ada@example.com"))
+    record = {**delivery("m-1; DROP TABLE messages"), "MessageID": "pm-stranger"}
+    answer = inbound.post(URL, data=as_body(record), headers=postmark_headers())
+    assert (answer.status_code, answer.get_json()["unmatched"]) == (200, 1)
+    assert resolved(project, unknown) == ("unknown", None, [])
 
 
 def test_a_hard_bounce_suppresses_and_a_soft_one_does_not(inbound, project, engine, message):

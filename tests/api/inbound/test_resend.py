@@ -6,8 +6,19 @@ import time
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from tests.api.inbound.conftest import as_body, inbound_events, resend_headers, sent, suppressions
+from app.delivery import store
+from app.enums import MessageStatus
+from tests.api.inbound.conftest import (
+    as_body,
+    inbound_events,
+    left_unknown,
+    resend_headers,
+    resolved,
+    sent,
+    suppressions,
+)
 from tests.conftest import email
 
 URL = "/v1/inbound/resend"
@@ -86,6 +97,50 @@ def test_a_replay_is_a_200_no_op(inbound, project, message):
     assert again.status_code == 200
     assert again.get_json() == {"received": 1, "applied": 0, "duplicates": 1, "unmatched": 0}
     assert len(inbound_events(project, message)) == 1
+
+
+def test_an_unknown_message_is_delivered_by_our_tag_and_learns_resend_s_id(inbound, project, engine):
+    unknown = left_unknown(project, engine, "resend", email(to="ada@example.com"))
+    body = as_body(resend_event("email.delivered", "re-never-recorded", unknown))
+    answer = inbound.post(URL, data=body, headers=resend_headers(body))
+    assert answer.get_json() == {"received": 1, "applied": 1, "duplicates": 0, "unmatched": 0}
+    assert resolved(project, unknown) == ("delivered", "re-never-recorded", [("delivered", "unknown")])
+
+
+def test_a_message_still_sending_is_settled_too(inbound, project, engine):
+    """Its worker died and the sweeper has not yet made it `unknown`: the report, applied once,
+    would never come again, so it settles the message now."""
+    sending = sent(project, engine, "resend", None, email(to="ada@example.com"), status="sending")
+    worker = "host:1:alive"
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE messages SET claimed_by = :w WHERE id = :id"), {"w": worker, "id": sending})
+    body = as_body(resend_event("email.bounced", "re-3", sending, bounce={"type": "Permanent"}))
+    assert inbound.post(URL, data=body, headers=resend_headers(body)).get_json()["applied"] == 1
+    assert resolved(project, sending) == ("bounced", "re-3", [("bounced", "sending")])
+    # A worker that was alive after all finalises only messages still `sending`: the report stands.
+    with Session(engine) as session, session.begin():
+        retry = store.Finalised(sending, MessageStatus.RETRYING, error="ambiguous: read timeout")
+        assert store.finalise(session, [retry], worker) == []
+    assert resolved(project, sending) == ("bounced", "re-3", [("bounced", "sending")])
+
+
+def test_a_failure_report_settles_an_unknown_message_as_failed(inbound, project, engine, message):
+    """Resend took it and did not send it; a `sent` message keeps its status, as before."""
+    unknown = left_unknown(project, engine, "resend", email(to="ada@example.com"))
+    for event in (resend_event("email.failed", "re-2", unknown), resend_event("email.failed", "re-email-1", message)):
+        body = as_body(event)
+        assert inbound.post(URL, data=body, headers=resend_headers(body)).get_json()["applied"] == 1
+    assert resolved(project, unknown) == ("failed", "re-2", [("failed", "unknown")])
+    assert resolved(project, message) == ("sent", "re-email-1", [("failed", None)])
+
+
+@pytest.mark.parametrize("tag", ["not-a-uuid", "'; DROP TABLE messages; --", "0" * 40])
+def test_a_tag_that_is_no_message_id_is_ignored(inbound, project, engine, tag):
+    unknown = left_unknown(project, engine, "resend", email(to="ada@example.com"))
+    body = as_body(resend_event("email.bounced", "re-stranger", tag, bounce={"type": "Permanent"}))
+    answer = inbound.post(URL, data=body, headers=resend_headers(body))
+    assert (answer.status_code, answer.get_json()["unmatched"]) == (200, 1)
+    assert resolved(project, unknown) == ("unknown", None, [])
 
 
 def assert_untouched(project, engine, message: str) -> None:

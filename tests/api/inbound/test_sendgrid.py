@@ -9,7 +9,15 @@ import uuid
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.api.inbound.conftest import as_body, inbound_events, sendgrid_headers, sent, suppressions
+from tests.api.inbound.conftest import (
+    as_body,
+    inbound_events,
+    left_unknown,
+    resolved,
+    sendgrid_headers,
+    sent,
+    suppressions,
+)
 from tests.conftest import email
 
 URL = "/v1/inbound/sendgrid"
@@ -58,6 +66,25 @@ def test_a_batch_of_events_is_applied_each_to_its_message(inbound, project, mess
     [bounced] = inbound_events(project, bo)
     assert (bounced["data"]["bounce"], bounced["data"]["raw"]["reason"]) == ("hard", "550 5.1.1 no such user")
     assert suppressions(project) == [("email", "bo@example.com", "bounce")]
+
+
+def test_unknown_messages_are_settled_by_our_custom_args(inbound, project, engine, sendgrid_key):
+    """Both messages of a request whose answer was lost: SendGrid's id for the request, which
+    the events carry, is recorded for each; a dropped message fails."""
+    ada = left_unknown(project, engine, "sendgrid", email(to="ada@example.com"))
+    bo = left_unknown(project, engine, "sendgrid", email(to="bo@example.com"))
+    body = as_body(
+        [
+            event("processed", "ada@example.com", ada),
+            event("delivered", "ada@example.com", ada),
+            event("dropped", "bo@example.com", bo, reason="Bounced Address"),
+            event("delivered", "cy@example.com", "not-a-uuid"),
+        ]
+    )
+    answer = inbound.post(URL, data=body, headers=sendgrid_headers(sendgrid_key, body))
+    assert answer.get_json() == {"received": 3, "applied": 2, "duplicates": 0, "unmatched": 1}
+    assert resolved(project, ada) == ("delivered", X_MESSAGE_ID, [("delivered", "unknown")])
+    assert resolved(project, bo) == ("failed", X_MESSAGE_ID, [("failed", "unknown")])
 
 
 def test_spam_reports_and_unsubscribes_suppress_blocks_do_not(inbound, project, messages, sendgrid_key):

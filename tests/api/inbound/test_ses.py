@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from app.config import ConfigError, Settings
-from tests.api.inbound.conftest import as_body, inbound_events, sent, sns_message, suppressions
+from tests.api.inbound.conftest import as_body, inbound_events, left_unknown, resolved, sent, sns_message, suppressions
 from tests.conftest import email, make_env
 
 URL = "/v1/inbound/ses"
@@ -90,6 +90,21 @@ def test_a_delivery_found_by_the_ses_message_id_alone(inbound, project, message,
     body = sns_message(sns_key, cert_url, "Notification", ses_event("Delivery", ses_id, **delivery))
     assert inbound.post(URL, data=as_body(body), headers=HEADERS).get_json()["applied"] == 1
     assert project.get(message).get_json()["status"] == "delivered"
+
+
+def test_an_unknown_message_is_settled_by_our_tag_in_mail_tags(inbound, project, engine, ses_id, sns_key, cert_url):
+    unknown = left_unknown(project, engine, "ses", email(to="ada@example.com"))
+    body = sns_message(sns_key, cert_url, "Notification", ses_event("Bounce", ses_id, unknown, **permanent_bounce()))
+    assert inbound.post(URL, data=as_body(body), headers=HEADERS).get_json()["applied"] == 1
+    assert resolved(project, unknown) == ("bounced", ses_id, [("bounced", "unknown")])
+
+
+def test_a_tag_that_is_no_message_id_is_ignored(inbound, project, engine, ses_id, sns_key, cert_url):
+    unknown = left_unknown(project, engine, "ses", email(to="ada@example.com"))
+    body = sns_message(sns_key, cert_url, "Notification", ses_event("Delivery", ses_id, "x" * 300))
+    answer = inbound.post(URL, data=as_body(body), headers=HEADERS)
+    assert (answer.status_code, answer.get_json()["unmatched"]) == (200, 1)
+    assert resolved(project, unknown) == ("unknown", None, [])
 
 
 def fetches(sns_host, url: str) -> int:
