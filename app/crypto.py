@@ -18,12 +18,15 @@ from app.config import current_settings
 from providers import signing
 
 
+def derived_key(secret_key: str, purpose: bytes) -> bytes:
+    """A 32-byte key for one purpose (`purpose` is HKDF's info): keys for different uses of
+    TIDINGS_SECRET_KEY are independent, so none can stand in for another."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret_key.encode())
+
+
 @cache
 def _fernet(secret_key: str) -> Fernet:
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"tidings secrets at rest v1").derive(
-        secret_key.encode()
-    )
-    return Fernet(base64.urlsafe_b64encode(key))
+    return Fernet(base64.urlsafe_b64encode(derived_key(secret_key, b"tidings secrets at rest v1")))
 
 
 def encrypt(text: str) -> str:

@@ -59,10 +59,16 @@ def bearer_token() -> str | None:
 
 
 def find_caller(session: Session, token: str) -> Caller | None:
+    return find_caller_by_hash(session, hash_key(token))
+
+
+def find_caller_by_hash(session: Session, key_hash: str) -> Caller | None:
+    """Who holds the unrevoked key with this hash: for the console, whose session cookie keeps
+    the hash, never the key, and asks again on every page so a revoked key signs it out."""
     row = session.execute(
         select(Project.id, Project.channels, Project.rate_limit_per_min, Project.settings, ApiKey.kind)
         .join(ApiKey, ApiKey.project_id == Project.id)
-        .where(ApiKey.key_hash == hash_key(token), ApiKey.revoked_at.is_(None))
+        .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
     ).first()
     if row is None:
         return None

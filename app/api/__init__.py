@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from flask import Flask
 
+from app import console
 from app.access.caller_cache import CallerCache
 from app.access.ratelimit import ApiRateLimiter
+from app.api import contract
 from app.api.context import Context
 from app.config import Settings
 from app.db import session_factory
@@ -21,12 +23,14 @@ def create_app(settings: Settings) -> Flask:
     from app.api import (
         admin,
         batches,
+        docs,
         events,
         health,
         inbound,
         inbox,
         messages,
         metrics,
+        preference_page,
         public,
         requests,
         subscribers,
@@ -44,8 +48,7 @@ def create_app(settings: Settings) -> Flask:
         OPENAPI_VERSION="3.1.0",
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
-        OPENAPI_SWAGGER_UI_PATH="docs",
-        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        API_SPEC_OPTIONS={"tags": contract.TAGS},
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
     )
     client = redis_for(settings.redis_url)
@@ -53,10 +56,11 @@ def create_app(settings: Settings) -> Flask:
     db = session_factory(settings.database_url)
     app.extensions["tidings"] = Context(settings, db, client, ApiRateLimiter(client), hub, CallerCache(db, client))
     api = TidingsApi(app)
-    api.spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
+    contract.register(api.spec)
     install(app, api)
     requests.install(app)
     url_checks.install(app)
+    app.register_blueprint(docs.blp)
     for blueprint in (
         health.blp,
         metrics.blp,
@@ -71,6 +75,8 @@ def create_app(settings: Settings) -> Flask:
         webhooks.blp,
         inbox.blp,
         public.blp,
+        preference_page.blp,
     ):
         api.register_blueprint(blueprint)
+    console.install(app)
     return app

@@ -1,5 +1,9 @@
 """The one Blueprint class every route module uses.
 
+Each says who may call its routes (`Access`), which it both enforces and declares in the spec,
+and which of the README's sections its operations belong to (`tag`); app/api/contract.py
+completes every operation's doc from that.
+
 flask-smorest hands `@blp.arguments(SomeSchema)` to webargs as given, and webargs builds a
 schema from a class on every request, deep-copying every field and nested schema: about a
 quarter of a single send's CPU. This Blueprint builds it once, when the route is declared.
@@ -10,6 +14,7 @@ Its parser also checks every JSON body for control characters before the schema 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flask
@@ -18,6 +23,8 @@ from flask_smorest.utils import resolve_schema_instance
 from marshmallow import Schema, ValidationError
 from webargs.flaskparser import FlaskParser
 
+from app.api import contract
+from app.api.contract import Access
 from app.errors import DEFAULT_MESSAGES, abort
 from app.schemas.text import control_characters
 
@@ -41,6 +48,33 @@ class Parser(FlaskParser):
 
 class Blueprint(flask_smorest.Blueprint):
     ARGUMENTS_PARSER = Parser()
+
+    def __init__(self, name: str, import_name: str, *, access: Access, tag: str, **kwargs: Any):
+        super().__init__(name, import_name, **kwargs)
+        self.access = access
+        self.tag = tag
+        if access.check is not None:
+            self.before_request(access.check)
+        self._prepare_doc_cbks.append(self._document_contract)
+
+    def route(self, rule: str, *, parameters: Any = None, tags: list[str] | None = None, **options: Any):
+        """As flask-smorest's, tagged with the blueprint's README section unless given, and
+        keeping the rule for the contract (whether there is an id in the path to be unknown) and
+        naming the operation after the view, which generated clients name their functions by."""
+        register = super().route(rule, parameters=parameters, tags=tags or [self.tag], **options)
+
+        def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+            view._apidoc = {  # type: ignore[attr-defined]
+                **getattr(view, "_apidoc", {}),
+                "rule": rule,
+                "operation_id": view.__name__,
+            }
+            return register(view)
+
+        return decorator
+
+    def _document_contract(self, doc: dict[str, Any], info: dict[str, Any], *, app: flask.Flask, **_: Any):
+        return contract.document(doc, info, self.access, app)
 
     def arguments(self, schema: Any, *args: Any, **kwargs: Any):
         return super().arguments(resolve_schema_instance(schema), *args, **kwargs)

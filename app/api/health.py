@@ -8,25 +8,33 @@ from sqlalchemy import text
 
 from app.api.blueprint import Blueprint
 from app.api.context import context
+from app.api.contract import OPERATIONS, PUBLIC
 from app.delivery.broker import celery_app
 
 logger = logging.getLogger(__name__)
 
-blp = Blueprint("health", __name__, description="Is the process up, and can it work?")
+blp = Blueprint("health", __name__, access=PUBLIC, tag=OPERATIONS, description="Is the process up, and can it work?")
 
 
 @blp.route("/healthz")
-@blp.response(200)
+@blp.response(200, example={"status": "ok"})
 def healthz() -> dict[str, str]:
-    """The process is up."""
+    """Liveness.
+
+    The process is up: answers without touching PostgreSQL or the broker, for a supervisor's liveness probe.
+    """
     return {"status": "ok"}
 
 
 @blp.route("/readyz")
-@blp.response(200)
-@blp.alt_response(503)
+@blp.response(200, example={"status": "ok", "checks": {"database": True, "broker": True}})
+@blp.alt_response(503, example={"status": "unavailable", "checks": {"database": True, "broker": False}})
 def readyz() -> tuple[dict[str, object], int]:
-    """PostgreSQL and the broker answer."""
+    """Readiness.
+
+    PostgreSQL and the broker answer: 200 when both do, 503 naming the one that does not, for a load balancer's
+    readiness probe.
+    """
     ctx = context()
     checks = {"database": _check(_database, ctx), "broker": _check(_broker, ctx)}
     ready = all(checks.values())

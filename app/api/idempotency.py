@@ -6,11 +6,28 @@ from typing import Any
 
 from flask import request
 
+from app.api.blueprint import Blueprint
 from app.errors import field_error
 from app.services.messages import Accepted
 
 HEADER = "Idempotency-Key"
 MAX_KEY = 255
+
+# How the routes that call `key_from_request` document the header.
+documented = Blueprint.doc(
+    parameters=[
+        {
+            "in": "header",
+            "name": HEADER,
+            "required": False,
+            "description": "Any string of yours naming this request, such as `order-17-confirmation`. A retry with "
+            "the same key and the same body is answered with the original answer (and `Idempotent-Replayed: true`) "
+            "instead of sending again; the same key with another body is a 409.",
+            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY},
+            "example": "order-17-confirmation",
+        }
+    ]
+)
 
 
 def key_from_request() -> str | None:

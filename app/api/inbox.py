@@ -16,6 +16,7 @@ from flask import Response, g, request
 from app.access.auth import bearer_token, unauthorized
 from app.api.blueprint import Blueprint
 from app.api.context import context
+from app.api.contract import EVENTS, PROJECT_KEY, SUBSCRIBER_TOKEN, Access, event_stream
 from app.api.project import add_rate_limit_headers, authenticate_and_limit, limit
 from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose, verify
 from app.enums import InboxStatus
@@ -23,12 +24,9 @@ from app.errors import abort
 from app.schemas.events import ChangedSchema, InboxCountSchema, InboxItemSchema, InboxPageSchema, InboxQuerySchema
 from app.services import inbox, live_streams
 
-blp = Blueprint("inbox", __name__, url_prefix="/v1", description="In-app notifications, for backends and browsers.")
-
 STREAM_ENDPOINT = "inbox.stream_inbox"
 
 
-@blp.before_request
 def authenticate() -> None:
     """A subscriber token, or else a project key as on every project route."""
     if request.method == "OPTIONS":
@@ -50,6 +48,16 @@ def authenticate() -> None:
     g.token_expires_at = verified.expires_at
     # Browsers get a budget of their own, so they can never use up the backend's.
     limit(f"{caller.project_id}:inbox", caller.rate_limit_per_min)
+
+
+blp = Blueprint(
+    "inbox",
+    __name__,
+    access=Access((PROJECT_KEY, SUBSCRIBER_TOKEN), authenticate, errors=(403, 429)),
+    tag=EVENTS,
+    url_prefix="/v1",
+    description="In-app notifications, for backends and browsers.",
+)
 
 
 blp.after_request(add_rate_limit_headers)
@@ -76,7 +84,10 @@ def mine(subscriber_id: str) -> str:
 @blp.arguments(InboxQuerySchema, location="query")
 @blp.response(200, InboxPageSchema)
 def list_inbox(args: dict[str, Any], subscriber_id: str):
-    """Unread first, newest first; `status=archived` lists the archive."""
+    """List a subscriber's inbox.
+
+    Unread first, newest first; `status=archived` lists the archive.
+    """
     return inbox.items_page(
         context().db, g.caller.project_id, mine(subscriber_id), args.get("status"), args.get("cursor"), args["limit"]
     )
@@ -85,34 +96,63 @@ def list_inbox(args: dict[str, Any], subscriber_id: str):
 @blp.route("/subscribers/<subscriber_id>/inbox/count", methods=["GET"])
 @blp.response(200, InboxCountSchema)
 def count_inbox(subscriber_id: str):
+    """Count a subscriber's inbox.
+
+    Unread and total notifications, for a badge.
+    """
     return inbox.counts_of(context().db, g.caller.project_id, mine(subscriber_id))
 
 
 @blp.route("/subscribers/<subscriber_id>/inbox/read-all", methods=["POST"])
 @blp.response(200, ChangedSchema)
 def read_all(subscriber_id: str):
+    """Mark a subscriber's inbox read.
+
+    Every unread notification becomes read; answers how many changed and the counts after.
+    """
     return inbox.read_all(context().db, g.caller.project_id, mine(subscriber_id))
 
 
 @blp.route("/subscribers/<subscriber_id>/inbox/<message_id>/read", methods=["POST"])
 @blp.response(200, InboxItemSchema)
 def read(subscriber_id: str, message_id: str):
+    """Mark a notification read.
+
+    The notification, now read.
+    """
     return inbox.mark(context().db, g.caller.project_id, mine(subscriber_id), message_id, InboxStatus.READ)
 
 
 @blp.route("/subscribers/<subscriber_id>/inbox/<message_id>/archive", methods=["POST"])
 @blp.response(200, InboxItemSchema)
 def archive(subscriber_id: str, message_id: str):
+    """Archive a notification.
+
+    The notification, now archived: it leaves the inbox for the archive.
+    """
     return inbox.mark(context().db, g.caller.project_id, mine(subscriber_id), message_id, InboxStatus.ARCHIVED)
 
 
 @blp.route("/inbox/stream", methods=["GET"])
 @blp.response(200, content_type="text/event-stream")
+@blp.doc(
+    responses={
+        200: event_stream(
+            'event: item\ndata: {"id":"3d8b6f2a-0c4e-4a71-9b5e-8f1d2c7a6e03","status":"unread",'
+            '"title":"Your order shipped","body":"It is on its way.","category":"orders"}\n\n'
+            'event: unread\ndata: {"unread":1,"total":1}\n\n'
+        )
+    }
+)
 @blp.alt_response(429)
 @blp.alt_response(503)
 def stream_inbox() -> Response:
-    """Server-Sent Events for the token's subscriber: `item` for each new notification,
-    `unread` with the counts after every change. Ends when the token expires."""
+    """Stream a subscriber's inbox.
+
+    Server-Sent Events for the token's subscriber: `item` for each new notification, `unread` with the counts
+    after every change. Ends when the token expires. Browsers' EventSource cannot send headers, so the token may
+    come as `?token=`.
+    """
     if g.subscriber_scope is None:
         abort(403, "The inbox stream takes a subscriber token (POST /v1/subscribers/{id}/token).")
     ctx = context()

@@ -15,17 +15,29 @@ def _integer(description: str) -> dict[str, Any]:
     return {"description": description, "schema": {"type": "integer"}}
 
 
-# On every 202 of a send whose project has the limit.
-SEND_HEADERS = {
+# On every answer of a project route whose project has a rate limit (rate_limit_per_min), the 429 included.
+RATE_LIMIT_HEADERS = {
     "RateLimit-Limit": _integer("Requests a minute the project may make (rate_limit_per_min)."),
     "RateLimit-Remaining": _integer("Requests left this minute."),
     "RateLimit-Reset": _integer("Seconds until the minute ends."),
+}
+
+RETRY_AFTER = {"Retry-After": _integer("Seconds until a retry can succeed (a quota: until it resets).")}
+
+# On every 202 of a send whose project has the limit; a replay answers only `Idempotent-Replayed`.
+SEND_HEADERS = {
+    **RATE_LIMIT_HEADERS,
     "RateLimit-Messages-Limit": _integer("Messages a minute the project's sends may carry (messages_per_min)."),
     "RateLimit-Messages-Remaining": _integer("Messages left this minute; a batch counts each recipient."),
     "RateLimit-Messages-Reset": _integer("Seconds until the minute ends."),
     "X-Quota-Limit": _integer("The channel's daily quota (settings.daily_quota)."),
     "X-Quota-Remaining": _integer("Messages of the channel left today."),
     "X-Quota-Reset": _integer("Seconds until midnight in settings.quota_timezone, when the quota resets."),
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the original answer to an earlier request with the same Idempotency-Key "
+        "and body: nothing was sent again.",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
 }
 
 LIMIT_REACHED: dict[str, Any] = {
@@ -33,7 +45,7 @@ LIMIT_REACHED: dict[str, Any] = {
     "description": "A limit has no room for the send, and nothing was written: requests a minute, messages a "
     "minute (a batch counts each recipient and is refused whole), or the channel's daily quota (which says how "
     "many remain). Retry after `Retry-After` seconds; the limit's own headers come with it.",
-    "headers": {"Retry-After": _integer("Seconds until the limit has room again (the quota: until it resets).")},
+    "headers": {**RETRY_AFTER, **RATE_LIMIT_HEADERS},
     "example": {
         "code": 429,
         "status": "Too Many Requests",

@@ -21,13 +21,27 @@ from prometheus_client.core import GaugeMetricFamily
 from app.access.auth import bearer_is, unauthorized
 from app.api.blueprint import Blueprint
 from app.api.context import Context, context
+from app.api.contract import METRICS_TOKEN, OPERATIONS, Access
 from app.api.requests import request_tally
 from app.observability.counters import RedisCounterCollector
 from app.observability.gauges import GaugeCollector
 from app.observability.quota_usage import QuotaUsageCollector
 from app.services.operations import BREAKER_STATES, provider_states
 
-blp = Blueprint("metrics", __name__, description="Prometheus metrics.")
+
+def require_metrics_token() -> None:
+    token = context().settings.metrics_token
+    if token is not None and not bearer_is(token):
+        unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
+
+
+blp = Blueprint(
+    "metrics",
+    __name__,
+    access=Access((METRICS_TOKEN,), require_metrics_token, needed=lambda settings: settings.metrics_token is not None),
+    tag=OPERATIONS,
+    description="Prometheus metrics.",
+)
 
 
 class ProviderStateCollector:
@@ -52,11 +66,26 @@ class ProviderStateCollector:
 
 
 @blp.route("/metrics")
+@blp.doc(
+    responses={
+        "200": {
+            "description": "Prometheus text exposition of the whole fleet.",
+            "content": {
+                "text/plain": {
+                    "schema": {"type": "string"},
+                    "example": '# TYPE tidings_provider_paused gauge\ntidings_provider_paused{provider="ses"} 0.0\n',
+                }
+            },
+        }
+    }
+)
 def metrics() -> Response:
+    """Prometheus metrics.
+
+    Counters, histograms and gauges of the whole fleet (API, workers, beat), read from Redis at scrape time.
+    With METRICS_TOKEN set, only a scrape bearing it is answered.
+    """
     ctx = context()
-    token = ctx.settings.metrics_token
-    if token is not None and not bearer_is(token):
-        unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
     request_tally.flush(ctx.redis)
     registry = CollectorRegistry(auto_describe=False)
     for collector in (

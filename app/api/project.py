@@ -9,13 +9,13 @@ from flask import Response, current_app, g, request
 from app.access.auth import bearer_token, require_project_key
 from app.api.blueprint import Blueprint
 from app.api.context import context
+from app.api.contract import PROJECT_KEY, Access
 from app.errors import View, abort
 
 
-def project_blueprint(name: str, import_name: str, description: str) -> Blueprint:
+def project_blueprint(name: str, import_name: str, tag: str, description: str) -> Blueprint:
     """A blueprint under /v1 whose routes take a project key and count against its limit."""
-    blp = Blueprint(name, import_name, url_prefix="/v1", description=description)
-    blp.before_request(authenticate_and_limit)
+    blp = Blueprint(name, import_name, access=PROJECT_ACCESS, tag=tag, url_prefix="/v1", description=description)
     blp.before_request(raise_body_limit)
     blp.after_request(add_rate_limit_headers)
     return blp
@@ -63,6 +63,9 @@ def key_still_valid() -> Callable[[], bool]:
 def authenticate_and_limit() -> None:
     caller = require_project_key(context().callers.caller)
     limit(caller.project_id, caller.rate_limit_per_min)
+
+
+PROJECT_ACCESS = Access((PROJECT_KEY,), authenticate_and_limit, errors=(429,))
 
 
 def limit(bucket: str, per_minute: int | None) -> None:

@@ -6,12 +6,15 @@ from typing import Any
 
 from flask import g
 
+from app.api import contract
 from app.api.context import context
 from app.api.project import large_body, project_blueprint
 from app.errors import field_error
 from app.pagination import PageArgsSchema
 from app.schemas.audience import (
     ImportResultSchema,
+    PreferenceLinkRequestSchema,
+    PreferenceLinkSchema,
     PreferencesSchema,
     SubscriberImportSchema,
     SubscriberOutSchema,
@@ -19,11 +22,11 @@ from app.schemas.audience import (
     SubscriberSchema,
 )
 from app.schemas.events import SubscriberTokenRequestSchema, SubscriberTokenSchema
-from app.services import inbox, preferences, subscribers
+from app.services import inbox, preference_page, preferences, subscribers
 
 MAX_EXTERNAL_ID = 255
 
-blp = project_blueprint("subscribers", __name__, description="Who gets notifications, and what they want.")
+blp = project_blueprint("subscribers", __name__, contract.AUDIENCE, "Who gets notifications, and what they want.")
 
 
 @blp.route("/subscribers/<external_id>", methods=["PUT"])
@@ -31,7 +34,10 @@ blp = project_blueprint("subscribers", __name__, description="Who gets notificat
 @blp.response(200, SubscriberOutSchema, description="Updated.")
 @blp.alt_response(201, schema=SubscriberOutSchema, description="Created.")
 def put_subscriber(profile: dict[str, Any], external_id: str):
-    """Create or replace a subscriber's profile; fields left out are cleared, preferences kept."""
+    """Create or replace a subscriber.
+
+    Create or replace a subscriber's profile; fields left out are cleared, preferences kept.
+    """
     if len(external_id) > MAX_EXTERNAL_ID:
         field_error(422, "Invalid request.", "path", "external_id", "Use 1 to 255 characters.")
     row = subscribers.put(context().db, g.caller.project_id, external_id, profile)
@@ -41,13 +47,20 @@ def put_subscriber(profile: dict[str, Any], external_id: str):
 @blp.route("/subscribers/<external_id>", methods=["GET"])
 @blp.response(200, SubscriberOutSchema)
 def get_subscriber(external_id: str):
+    """Get a subscriber.
+
+    The subscriber's profile: addresses, push tokens, locale, time zone and data.
+    """
     return subscribers.get(context().db, g.caller.project_id, external_id)
 
 
 @blp.route("/subscribers/<external_id>", methods=["DELETE"])
 @blp.response(204)
 def erase_subscriber(external_id: str):
-    """Erasure: the subscriber goes; its messages keep ids, statuses, times and events only."""
+    """Erase a subscriber.
+
+    Erasure: the subscriber goes; its messages keep ids, statuses, times and events only.
+    """
     subscribers.erase(context().db, g.caller.project_id, external_id)
 
 
@@ -55,6 +68,10 @@ def erase_subscriber(external_id: str):
 @blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, SubscriberPageSchema)
 def list_subscribers(args: dict[str, Any]):
+    """List subscribers.
+
+    The project's subscribers by external id, a page at a time.
+    """
     return subscribers.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
 
 
@@ -63,13 +80,20 @@ def list_subscribers(args: dict[str, Any]):
 @blp.response(200, ImportResultSchema)
 @large_body
 def import_subscribers(body: dict[str, Any]):
-    """Upsert up to 10,000 subscribers at once; bad rows are reported by index, good ones written."""
+    """Import subscribers.
+
+    Upsert up to 10,000 subscribers at once; bad rows are reported by index, good ones written.
+    """
     return subscribers.import_many(context().db, g.caller.project_id, body["subscribers"])
 
 
 @blp.route("/subscribers/<external_id>/preferences", methods=["GET"])
 @blp.response(200, PreferencesSchema)
 def get_preferences(external_id: str):
+    """Get a subscriber's preferences.
+
+    The subscriber's switches per channel and per category, and quiet hours.
+    """
     return preferences.get(context().db, g.caller.project_id, external_id)
 
 
@@ -77,7 +101,10 @@ def get_preferences(external_id: str):
 @blp.arguments(PreferencesSchema)
 @blp.response(200, PreferencesSchema)
 def put_preferences(body: dict[str, Any], external_id: str):
-    """Replace the subscriber's switches and quiet hours; required categories ignore them."""
+    """Replace a subscriber's preferences.
+
+    Replace the subscriber's switches and quiet hours; required categories ignore them.
+    """
     return preferences.put(context().db, g.caller.project_id, external_id, body)
 
 
@@ -85,5 +112,23 @@ def put_preferences(body: dict[str, Any], external_id: str):
 @blp.arguments(SubscriberTokenRequestSchema)
 @blp.response(200, SubscriberTokenSchema)
 def mint_subscriber_token(body: dict[str, Any], external_id: str):
-    """A short-lived token for this subscriber's browser: its inbox and inbox stream, nothing else."""
+    """Mint a subscriber token.
+
+    A short-lived token for this subscriber's browser: its inbox and inbox stream, nothing else.
+    """
     return inbox.mint_token(context().db, g.caller.project_id, external_id, body["ttl_seconds"])
+
+
+@blp.route("/subscribers/<external_id>/preference-link", methods=["POST"])
+@blp.arguments(PreferenceLinkRequestSchema)
+@blp.response(200, PreferenceLinkSchema)
+def mint_preference_link(body: dict[str, Any], external_id: str):
+    """Make a preference link.
+
+    A signed link to the subscriber's own preference page, for a message or a reply. Whoever
+    holds it may change this subscriber's preferences (and nothing else) until it expires:
+    give it to the subscriber only. Templates get one as `{{ preferences_url }}`.
+    """
+    return preference_page.link(
+        context().db, context().settings.public_url, g.caller.project_id, external_id, body["expires_in"]
+    )

@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import g
 
+from app.api import contract
 from app.api.context import context
 from app.api.project import project_blueprint
 from app.pagination import PageArgsSchema
@@ -20,7 +21,7 @@ from app.schemas.audience import (
 )
 from app.services import templates
 
-blp = project_blueprint("templates", __name__, description="Versioned, sandboxed Jinja2 templates.")
+blp = project_blueprint("templates", __name__, contract.AUDIENCE, "Versioned, sandboxed Jinja2 templates.")
 
 
 @blp.route("/templates", methods=["POST"])
@@ -28,7 +29,10 @@ blp = project_blueprint("templates", __name__, description="Versioned, sandboxed
 @blp.response(201, TemplateSchema)
 @blp.alt_response(409)
 def create_template(data: dict[str, Any]):
-    """Version 1 of a template; its locale (default en) is the fallback for every other."""
+    """Create a template.
+
+    Version 1 of a template; its locale (default en) is the fallback for every other.
+    """
     return templates.create(context().db, g.caller.project_id, data)
 
 
@@ -37,7 +41,10 @@ def create_template(data: dict[str, Any]):
 @blp.response(200, TemplateSchema)
 @blp.alt_response(409)
 def update_template(data: dict[str, Any], key: str):
-    """The next version: this locale's words replaced, the other locales carried over."""
+    """Update a template.
+
+    The next version: this locale's words replaced, the other locales carried over.
+    """
     return templates.update(context().db, g.caller.project_id, key, data)
 
 
@@ -45,7 +52,10 @@ def update_template(data: dict[str, Any], key: str):
 @blp.arguments(TemplateGetArgsSchema, location="query")
 @blp.response(200, TemplateSchema)
 def get_template(args: dict[str, Any], key: str):
-    """The latest version, or `?version=`; `?locale=` picks a variant (with fallback)."""
+    """Get a template.
+
+    The latest version, or `?version=`; `?locale=` picks a variant (with fallback).
+    """
     return templates.get(context().db, g.caller.project_id, key, args.get("version"), args.get("locale"))
 
 
@@ -53,7 +63,10 @@ def get_template(args: dict[str, Any], key: str):
 @blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, TemplatePageSchema)
 def list_templates(args: dict[str, Any]):
-    """The latest version of every template, by key."""
+    """List templates.
+
+    The latest version of every template, by key.
+    """
     return templates.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
 
 
@@ -61,5 +74,8 @@ def list_templates(args: dict[str, Any]):
 @blp.arguments(PreviewSchema)
 @blp.response(200, PreviewOutSchema)
 def preview_template(body: dict[str, Any], key: str):
-    """Render with `data` as a send would; SMS answers its length and segment count too."""
+    """Preview a template.
+
+    Render with `data` as a send would; SMS answers its length and segment count too.
+    """
     return templates.preview(context().db, g.caller.project_id, key, body)

@@ -7,6 +7,7 @@ from typing import Any
 
 from flask import g
 
+from app.api import contract
 from app.api.context import context
 from app.api.project import project_blueprint
 from app.pagination import PageArgsSchema
@@ -22,14 +23,17 @@ from app.schemas.events import (
 )
 from app.services import projects, webhooks
 
-blp = project_blueprint("webhooks", __name__, description="Signed webhooks (Standard Webhooks) for log events.")
+blp = project_blueprint("webhooks", __name__, contract.EVENTS, "Signed webhooks (Standard Webhooks) for log events.")
 
 
 @blp.route("/webhooks", methods=["POST"])
 @blp.arguments(WebhookEndpointCreateSchema)
 @blp.response(201, WebhookEndpointSchema)
 def create_endpoint(data: dict[str, Any]):
-    """A new endpoint; its `secret` (whsec_…) is in this answer only."""
+    """Create a webhook endpoint.
+
+    A new endpoint; its `secret` (whsec_…) is in this answer only.
+    """
     return webhooks.create(context().db, g.caller.project_id, data)
 
 
@@ -37,12 +41,20 @@ def create_endpoint(data: dict[str, Any]):
 @blp.arguments(PageArgsSchema, location="query")
 @blp.response(200, WebhookEndpointPageSchema)
 def list_endpoints(args: dict[str, Any]):
+    """List webhook endpoints.
+
+    The project's endpoints, with their filters, batching and state.
+    """
     return webhooks.list_page(context().db, g.caller.project_id, args.get("cursor"), args["limit"])
 
 
 @blp.route("/webhooks/<endpoint_id>", methods=["GET"])
 @blp.response(200, WebhookEndpointSchema)
 def get_endpoint(endpoint_id: str):
+    """Get a webhook endpoint.
+
+    One endpoint, with its filters, batching and state (never its secret).
+    """
     return webhooks.get(context().db, g.caller.project_id, endpoint_id)
 
 
@@ -50,20 +62,30 @@ def get_endpoint(endpoint_id: str):
 @blp.arguments(WebhookEndpointUpdateSchema)
 @blp.response(200, WebhookEndpointSchema)
 def change_endpoint(data: dict[str, Any], endpoint_id: str):
-    """Change the URL, filters or batching; `enabled: true` re-enables a disabled endpoint."""
+    """Change a webhook endpoint.
+
+    Change the URL, filters or batching; `enabled: true` re-enables a disabled endpoint.
+    """
     return webhooks.change(context().db, g.caller.project_id, endpoint_id, data)
 
 
 @blp.route("/webhooks/<endpoint_id>", methods=["DELETE"])
 @blp.response(204)
 def delete_endpoint(endpoint_id: str):
+    """Delete a webhook endpoint.
+
+    No more events go to it.
+    """
     webhooks.delete(context().db, g.caller.project_id, endpoint_id)
 
 
 @blp.route("/webhooks/<endpoint_id>/rotate", methods=["POST"])
 @blp.response(200, WebhookEndpointSchema)
 def rotate_secret(endpoint_id: str):
-    """A new secret (in this answer only); the old one keeps signing beside it for 24 hours."""
+    """Rotate a webhook endpoint's secret.
+
+    A new secret (in this answer only); the old one keeps signing beside it for 24 hours.
+    """
     return webhooks.rotate(context().db, g.caller.project_id, endpoint_id)
 
 
@@ -71,7 +93,10 @@ def rotate_secret(endpoint_id: str):
 @blp.arguments(DeliveryQuerySchema, location="query")
 @blp.response(200, DeliveryPageSchema)
 def list_deliveries(args: dict[str, Any], endpoint_id: str):
-    """Deliveries newest first, with every attempt: status code, error, response, duration."""
+    """List a webhook endpoint's deliveries.
+
+    Deliveries newest first, with every attempt: status code, error, response, duration.
+    """
     return webhooks.deliveries(
         context().db, g.caller.project_id, endpoint_id, args.get("status"), args.get("cursor"), args["limit"]
     )
@@ -81,13 +106,19 @@ def list_deliveries(args: dict[str, Any], endpoint_id: str):
 @blp.response(202, DeliverySchema)
 @blp.alt_response(409)
 def replay_delivery(endpoint_id: str, delivery_id: str):
-    """Send a delivery again now, with the same webhook-id (receivers deduplicate on it)."""
+    """Replay a webhook delivery.
+
+    Send a delivery again now, with the same webhook-id (receivers deduplicate on it).
+    """
     return webhooks.replay(context().db, g.caller.project_id, endpoint_id, delivery_id)
 
 
 @blp.route("/webhook-signing-secret/rotate", methods=["POST"])
 @blp.response(200, SigningSecretSchema)
-def rotate_signing_secret():
-    """A new secret for the webhook channel's messages (in this answer only); the old one keeps
-    signing beside it for 24 hours."""
+def rotate_own_signing_secret():
+    """Rotate the webhook channel's signing secret.
+
+    A new secret for the webhook channel's messages (in this answer only); the old one keeps signing beside it
+    for 24 hours.
+    """
     return projects.rotate_signing_secret(context().db, g.caller.project_id)

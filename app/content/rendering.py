@@ -365,9 +365,9 @@ def _compile(field: str, value: Any) -> Any:
     return value
 
 
-def render(compiled: Compiled, context: Mapping[str, Any]) -> dict[str, Any]:
-    """Render a compiled variant; RenderError names the field and what went wrong."""
-    with budget.budgeted():
+def render(compiled: Compiled, context: Mapping[str, Any], seconds: float = budget.RENDER_SECONDS) -> dict[str, Any]:
+    """Render a compiled variant within `seconds` of CPU; RenderError names the field and what went wrong."""
+    with budget.budgeted(seconds):
         return {field: _render_field(field, value, context) for field, value in compiled.items()}
 
 
@@ -473,6 +473,17 @@ class TemplateVersion(Protocol):
     default_locale: str
     variants: Mapping[str, Any]
     created_at: Any
+
+
+def mentions(template: TemplateVersion, name: str) -> bool:
+    """Whether any field of any locale names `name`: a variable dear to make (a signed link)
+    is made only for the templates that can print it."""
+    return any(
+        name in source
+        for variant in template.variants.values()
+        for value in variant.values()
+        for source in _leaves(value)
+    )
 
 
 def render_version(

@@ -24,6 +24,9 @@ class Purpose(StrEnum):
     CLICK = "click"
     UNSUBSCRIBE = "unsubscribe"
     SUBSCRIBER = "subscriber"
+    # A recipient's preference page, and the CSRF token of its form (bound to the page's link).
+    PREFERENCES = "preferences"
+    PREFERENCES_FORM = "preferences-form"
 
 
 # Tracking and unsubscribe links live in mailboxes for a long time.
@@ -55,7 +58,12 @@ def _serializer(purpose: Purpose) -> URLSafeSerializer:
 
 
 def mint(purpose: Purpose, claims: dict[str, Any], lifetime: float = LINK_LIFETIME) -> str:
-    return _serializer(purpose).dumps({**claims, "x": int(time.time() + lifetime)})
+    return mint_until(purpose, claims, int(time.time() + lifetime))
+
+
+def mint_until(purpose: Purpose, claims: dict[str, Any], expires_at: int) -> str:
+    """A token that expires at a time the caller also tells its reader (a link's `expires_at`)."""
+    return _serializer(purpose).dumps({**claims, "x": expires_at})
 
 
 def verify(purpose: Purpose, token: str) -> Verified | None:

@@ -18,6 +18,7 @@ import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.content import links, tokens
@@ -28,6 +29,7 @@ from app.enums import Priority
 PIXEL = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")
 MAX_TRACKED_URL = 2000
 UNSUBSCRIBE_CATEGORY = "marketing"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 
@@ -113,3 +115,19 @@ def unsubscribe_headers(
     claims.update({"s": subscriber_id} if subscriber_id else {"a": address})
     url = f"{public_url}/u/{tokens.mint(Purpose.UNSUBSCRIBE, claims)}"
     return {"List-Unsubscribe": f"<{url}>", "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+
+
+def preferences_url(
+    public_url: str, project_id: str, subscriber_id: str, subscriber_created_at: datetime, expires_at: int
+) -> str:
+    """The subscriber's preference page. The token is the page's only key, so it names the
+    project and the subscriber both, and nothing on the page can name another; it names the
+    subscriber's creation too, so a subscriber erased and made again under the same id is
+    someone the old links no longer reach."""
+    claims = {"p": project_id, "s": subscriber_id, "c": creation_stamp(subscriber_created_at)}
+    return f"{public_url}/p/{tokens.mint_until(Purpose.PREFERENCES, claims, expires_at)}"
+
+
+def creation_stamp(created_at: datetime) -> int:
+    """A subscriber's creation time in whole microseconds: exact, where a float timestamp is not."""
+    return (created_at - EPOCH) // timedelta(microseconds=1)

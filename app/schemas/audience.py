@@ -123,6 +123,35 @@ class PreferencesSchema(Schema):
     quiet_hours = fields.Nested(QuietHoursSchema, allow_none=True, load_default=None, dump_default=None)
 
 
+# A preference link asked for over the API lasts 30 days unless asked otherwise, from an
+# hour (enough to put it in a reply) to a year (as long as the links in a message).
+PREFERENCE_LINK_LIFETIME = 30 * 24 * 3600
+MIN_PREFERENCE_LINK_LIFETIME = 3600
+MAX_PREFERENCE_LINK_LIFETIME = 365 * 24 * 3600
+
+
+class PreferenceLinkRequestSchema(Schema):
+    expires_in = fields.Integer(
+        load_default=PREFERENCE_LINK_LIFETIME,
+        validate=validate.Range(MIN_PREFERENCE_LINK_LIFETIME, MAX_PREFERENCE_LINK_LIFETIME),
+        metadata={
+            "description": "Seconds the link works for: 3600 to 31536000, 30 days if absent.",
+            "example": 604800,
+        },
+    )
+
+
+class PreferenceLinkSchema(Schema):
+    url = fields.String(
+        metadata={
+            "description": "The subscriber's preference page: anyone holding the link can change their "
+            "preferences, so send it to the subscriber only.",
+            "example": "https://tidings.example/p/eyJwIjoiYWNtZSIsInMiOiJ1c2VyLTQyIiwieCI6MTc5NjE2MDAwMH0.sig",
+        }
+    )
+    expires_at = fields.DateTime()
+
+
 class SuppressionCreateSchema(Schema):
     channel = fields.Enum(Channel, by_value=True, required=True)
     address = fields.String(required=True, validate=validate.Length(1, 4096))

@@ -8,7 +8,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.delivery.retention import DEFAULT_RETENTION_DAYS
-from app.enums import Channel, KeyKind, MessageStatus, Priority
+from app.enums import REQUEUABLE_STATUSES, Channel, KeyKind, MessageStatus, Priority
 from app.schemas.email import (
     MAX_COPIES,
     MAX_REPLY_TO,
@@ -107,6 +107,21 @@ class ProjectSettingsSchema(Schema):
         load_default=None,
         dump_default=None,
         metadata={"description": "Default quiet hours for subscribers who set none."},
+    )
+    category_names = fields.Dict(
+        keys=category_field(),
+        values=fields.Dict(
+            keys=locale_field(), values=fields.String(validate=validate.Length(1, 100)), validate=validate.Length(1, 50)
+        ),
+        load_default=dict,
+        dump_default=dict,
+        validate=validate.Length(max=200),
+        metadata={
+            "description": "What subscribers' preference pages call each category, per locale: in the "
+            "subscriber's locale, else its language, else English, else the category as it is. A category "
+            "named here is on the page even when no default or required list names it.",
+            "example": {"marketing": {"en": "News and offers", "de": "Neuigkeiten und Angebote"}},
+        },
     )
     tracking = fields.Nested(TrackingSettingsSchema, load_default=dict, dump_default=dict)
     retention_days = fields.Integer(
@@ -365,6 +380,11 @@ class MessageQuerySchema(Schema):
     channel = fields.Enum(Channel, by_value=True)
     batch_id = fields.UUID()
     subscriber_id = fields.String(validate=validate.Length(1, 255))
+    to = fields.String(
+        validate=validate.Length(1, 4096),
+        metadata={"description": "The recipient's address as sent to (email, phone, token or URL), exactly."},
+    )
+    template = fields.String(validate=validate.Length(1, 255), metadata={"description": "The template's key."})
     since = UtcDateTime()
     until = UtcDateTime()
     limit = fields.Integer(load_default=50, validate=validate.Range(1, 500))
@@ -449,8 +469,14 @@ class MessagePageSchema(Schema):
 
 
 class RequeueSchema(Schema):
-    """Which dead letters to send again: by ids, or by any mix of the filters."""
+    """Which messages to send again: dead letters (by default) or `unknown` ones, by ids or
+    by any mix of the filters."""
 
+    status = fields.String(
+        load_default="dead",
+        validate=validate.OneOf([status.value for status in REQUEUABLE_STATUSES]),
+        metadata={"description": "`dead`, or `unknown`: those may have been delivered and may arrive twice."},
+    )
     ids = fields.List(fields.UUID(), validate=validate.Length(1, 10_000))
     project = fields.String(validate=validate.Regexp(PROJECT_ID))
     channel = fields.Enum(Channel, by_value=True)
@@ -470,6 +496,7 @@ class RequeueSchema(Schema):
 
 class RequeuedSchema(Schema):
     requeued = fields.Integer()
+    warning = fields.String(metadata={"description": "Set when the messages requeued may be delivered twice."})
 
 
 class PauseSchema(Schema):
@@ -525,6 +552,14 @@ class ProviderStateSchema(Schema):
     )
     breaker_failures = fields.Integer(metadata={"description": "Batches in a row that failed, while closed."})
     breaker_seconds_left = fields.Float(allow_none=True, metadata={"description": "Until a probe may go, while open."})
+    recent_answered = fields.Integer(
+        metadata={
+            "description": "Messages it answered on their merits (sent or refused) in the last BREAKER_WINDOW_SECONDS."
+        }
+    )
+    recent_failed = fields.Integer(
+        metadata={"description": "Messages that failed transiently in the same window: the breaker's error rate."}
+    )
 
 
 class DigestQuerySchema(Schema):
@@ -551,7 +586,9 @@ class ThroughputSchema(Schema):
 
 class QueueDepthSchema(Schema):
     name = fields.String()
-    depth = fields.Integer(metadata={"description": "Tasks waiting; each carries up to 500 message ids."})
+    depth = fields.Integer(
+        metadata={"description": "Tasks waiting: up to 500 message ids each, or in a bulk lane one chunk's token."}
+    )
 
 
 class LaneSchema(Schema):

@@ -147,7 +147,7 @@ INSERT = text(
         FROM unnest(CAST(:subscriber_ids AS text[]), CAST(:to_addresses AS text[]),
                     CAST(:idempotency_keys AS text[]), CAST(:request_hashes AS text[]))
              AS r(subscriber_id, to_address, idempotency_key, request_hash)
-        ON CONFLICT ON CONSTRAINT uq_messages_project_test_idempotency_key DO NOTHING
+        ON CONFLICT (project_id, test, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id, created_at, to_address
     ), contents AS (
         INSERT INTO message_contents (message_id, subject, text, html, data, metadata, locale, from_address,

@@ -160,6 +160,8 @@ def list_messages(db: sessionmaker[Session], project_id: str, filters: dict[str,
         ("channel", Message.channel),
         ("batch_id", Message.batch_id),
         ("subscriber_id", Message.subscriber_id),
+        ("to", Message.to_address),
+        ("template", Message.template),
     ):
         if filters.get(name) is not None:
             query = query.where(column == filters[name])
@@ -264,3 +266,20 @@ def device_view(device: Row) -> dict[str, Any]:
     view = {"token": device.token, "status": device.status, "attempts": device.attempts}
     extra = {"provider_message_id": device.provider_message_id, "error": device.error, "follow_up": device.follow_up}
     return view | {name: value for name, value in extra.items() if value is not None}
+
+
+def rendered_content(db: sessionmaker[Session], project_id: str, message_id: str) -> dict[str, Any]:
+    """What the recipient gets (once prepared: rendered, with tracking added), for people who
+    must see it: all None where nothing is kept. Another project's message is a 404 as in
+    `get_message`."""
+    key = uuid_or_404(message_id, "message")
+    with db() as session:
+        row = session.execute(
+            select(MessageContent.subject, MessageContent.text, MessageContent.html, MessageContent.payload)
+            .select_from(Message)
+            .outerjoin(MessageContent, MessageContent.message_id == Message.id)
+            .where(Message.id == key, Message.project_id == project_id)
+        ).first()
+    if row is None:
+        abort(404, f"No message {message_id!r}.")
+    return row._asdict()

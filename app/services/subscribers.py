@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marshmallow import ValidationError
-from sqlalchemy import Row, select, text
+from sqlalchemy import Row, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.content.addresses import normalise_address
@@ -106,6 +106,27 @@ def list_page(db: sessionmaker[Session], project_id: str, cursor: str | None, li
     with db() as session:
         rows = session.scalars(query.order_by(Subscriber.external_id).limit(limit + 1)).all()
     return page(rows, limit, lambda s: [s.external_id])
+
+
+SEARCH_LIMIT = 50
+
+
+def find(db: sessionmaker[Session], project_id: str, wanted: str) -> list[Subscriber]:
+    """The subscribers whose id, email or phone is `wanted`, as a person looks one up (the
+    console); addresses compared as they are stored, normalised."""
+    email, phone = normalise_address("email", wanted), normalise_address("phone", wanted)
+    with db() as session:
+        return list(
+            session.scalars(
+                select(Subscriber)
+                .where(
+                    Subscriber.project_id == project_id,
+                    or_(Subscriber.external_id == wanted, Subscriber.email == email, Subscriber.phone == phone),
+                )
+                .order_by(Subscriber.external_id)
+                .limit(SEARCH_LIMIT)
+            )
+        )
 
 
 ERASED = "[erased]"

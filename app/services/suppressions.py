@@ -125,3 +125,21 @@ def remove(db: sessionmaker[Session], project_id: str, channel: str, address: st
         ).rowcount
     if removed == 0:
         abort(404, f"No suppression of {address!r} on {channel}.")
+
+
+def of_subscriber(db: sessionmaker[Session], project_id: str, subscriber: Any) -> list[Suppression]:
+    """The entries that hold back a subscriber's email, phone or devices, for whoever looks
+    them up (the console's profile page)."""
+    addresses = [(Channel.EMAIL, subscriber.email), (Channel.SMS, subscriber.phone)]
+    addresses += [(Channel.PUSH, token) for token in subscriber.push_tokens or []]
+    wanted = [(channel, normalise_address(channel, a)) for channel, a in addresses if a]
+    if not wanted:
+        return []
+    with db() as session:
+        return list(
+            session.scalars(
+                select(Suppression).where(
+                    Suppression.project_id == project_id, tuple_(Suppression.channel, Suppression.address).in_(wanted)
+                )
+            )
+        )

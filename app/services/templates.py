@@ -6,13 +6,23 @@ records the (key, version) it was accepted with and is rendered with exactly tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.content.rendering import FIELD_ORDER, FIELDS, RenderError, check_source, pick_locale, render_version
+from app.content.rendering import (
+    FIELD_ORDER,
+    FIELDS,
+    RenderError,
+    check_source,
+    compile_variant,
+    pick_locale,
+    render,
+    render_version,
+)
 from app.content.sms import measure
 from app.enums import Channel
 from app.errors import abort, field_error
@@ -104,8 +114,26 @@ def preview(db: sessionmaker[Session], project_id: str, key: str, body: dict[str
     """Render a version with `data`; a missing variable is a 422 that names it."""
     with db() as session:
         row = _version(session, project_id, key, body.get("version"))
+    return _preview_answer(row.channel, lambda: render_version(row, [body.get("locale")], body["data"]))
+
+
+def preview_draft(
+    db: sessionmaker[Session], project_id: str, key: str, fields: dict[str, Any], data: dict[str, Any]
+) -> dict[str, Any]:
+    """Render words not saved yet (the console editor's preview as one types): checked as a
+    save checks them, rendered in the same sandbox under the same limits as a send; nothing
+    is stored, and nothing cached, since the words change with every key pressed."""
+    with db() as session:
+        latest = _version(session, project_id, key, None)
+    variant = _variant(latest.channel, fields)
+    locale = fields.get("locale") or latest.default_locale
+    return _preview_answer(latest.channel, lambda: (locale, render(compile_variant(variant), data)))
+
+
+def _preview_answer(channel: Channel, rendering: Callable[[], tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """What a preview answers: the rendered fields, and for SMS its length and segments."""
     try:
-        locale, rendered = render_version(row, [body.get("locale")], body["data"])
+        locale, rendered = rendering()
     except RenderError as error:
         where = "data" if error.undefined else "template"
         abort(
@@ -114,7 +142,7 @@ def preview(db: sessionmaker[Session], project_id: str, key: str, body: dict[str
             errors={"json": {where: [f"{error.field}: {error.detail}"]}},
         )
     answer = {"locale": locale, **{k: v for k, v in rendered.items() if v is not None}}
-    if row.channel is Channel.SMS:
+    if channel is Channel.SMS:
         length = measure(rendered.get("text") or "")
         answer.update(length=length.length, segments=length.segments, encoding=length.encoding)
     return answer

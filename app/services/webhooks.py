@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import secrets
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, tuple_, update
@@ -138,6 +138,30 @@ def deliveries(
         attempts = _attempts(session, [d.id for d in result["items"]])
     result["items"] = [_delivery(d, attempts.get(d.id, [])) for d in result["items"]]
     return result
+
+
+MESSAGE_DELIVERIES_LIMIT = 20
+
+
+def deliveries_of_message(
+    db: sessionmaker[Session], project_id: str, message_id: str, since: datetime
+) -> list[dict[str, Any]]:
+    """The project's deliveries (with attempts) that carried an event of one message, newest
+    first: made after the message (`since`, its creation), which bounds what is read."""
+    carried = [{"data": {"message_id": message_id}}]
+    with db() as session:
+        rows = session.scalars(
+            select(WebhookDelivery)
+            .where(
+                WebhookDelivery.project_id == project_id,
+                WebhookDelivery.created_at >= since,
+                WebhookDelivery.events.contains(carried),
+            )
+            .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
+            .limit(MESSAGE_DELIVERIES_LIMIT)
+        ).all()
+        attempts = _attempts(session, [d.id for d in rows])
+    return [{**_delivery(d, attempts.get(d.id, [])), "endpoint_id": str(d.endpoint_id)} for d in rows]
 
 
 def replay(db: sessionmaker[Session], project_id: str, endpoint_id: str, delivery_id: str) -> dict[str, Any]:

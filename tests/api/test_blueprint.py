@@ -7,6 +7,7 @@ from flask_smorest import Api
 from marshmallow import Schema, fields
 
 from app.api.blueprint import Blueprint
+from app.api.contract import PUBLIC
 
 
 class CountedSchema(Schema):
@@ -21,7 +22,7 @@ class CountedSchema(Schema):
 def test_a_schema_class_is_built_once_for_every_request():
     app = Flask("blueprint-test")
     app.config.update(API_TITLE="t", API_VERSION="1", OPENAPI_VERSION="3.1.0")
-    blp = Blueprint("counted", __name__)
+    blp = Blueprint("counted", __name__, access=PUBLIC, tag="test")
 
     @blp.route("/echo", methods=["POST"])
     @blp.arguments(CountedSchema)

@@ -91,3 +91,21 @@ def test_cancel_another_projects_message_is_404(client, project):
     answer = client.post(f"/v1/messages/{message_id}/cancel", headers={"Authorization": f"Bearer {other.live_key}"})
     assert answer.status_code == 404
     assert project.get(message_id).get_json()["status"] == "scheduled"
+
+
+def test_list_filters_by_recipient_and_template(project):
+    made = project.call("POST", "/v1/templates", {"key": "welcome", "channel": "email", "subject": "Hi", "text": "Yo"})
+    assert made.status_code == 201, made.get_json()
+    templated = project.send(
+        {"channel": "email", "to": {"email": "ada@example.com"}, "template": "welcome", "scheduled_at": later()}
+    ).get_json()["id"]
+    other = project.send(email(to="bob@example.com", scheduled_at=later())).get_json()["id"]
+    headers = {"Authorization": f"Bearer {project.live_key}"}
+
+    def listed(query: str) -> list[str]:
+        return [m["id"] for m in project.client.get(f"/v1/messages?{query}", headers=headers).get_json()["items"]]
+
+    assert listed("to=bob@example.com") == [other]
+    assert listed("template=welcome") == [templated]
+    assert listed("to=ada@example.com&template=welcome") == [templated]
+    assert listed("to=carol@example.com") == []

@@ -10,9 +10,13 @@ from sqlalchemy import text
 
 from app.api import create_app
 from app.config import ConfigError, Settings
+from app.delivery import dispatch, fairness
+from app.delivery.broker import celery_app
+from app.enums import Channel, Priority
+from app.redis_client import redis_for
 from tasks.backlog import measure_backlog
 from tasks.deliver import deliver
-from tests.conftest import ADMIN_KEY, bearer, email
+from tests.conftest import ADMIN_KEY, bearer, email, rerouted
 from tests.provider_server import json_response
 
 ADMIN = bearer(ADMIN_KEY)
@@ -126,6 +130,72 @@ def test_every_family_is_exposed_after_a_real_send(client, project, engine, fake
         )
 
 
+def backlog_gauges(client, lane: str) -> tuple[float, float, float]:
+    """(tasks in the lane's queue, messages pending in the lane, age of its oldest), as
+    /metrics shows them once beat's task has measured."""
+    measure_backlog()
+    scraped = scrape(client)
+    return (
+        value(scraped["tidings_queue_depth"], "tidings_queue_depth", queue=lane),
+        value(scraped["tidings_pending_messages"], "tidings_pending_messages", lane=lane),
+        value(scraped["tidings_oldest_pending_seconds"], "tidings_oldest_pending_seconds", lane=lane),
+    )
+
+
+def ready_an_hour_ago(engine, project_id: str, provider: str, count: int) -> list[str]:
+    """`count` bulk email messages ready for `provider` since an hour ago, with no task for them yet."""
+    with engine.begin() as connection:
+        rows = connection.execute(
+            text(
+                """
+                INSERT INTO messages (project_id, channel, status, priority, provider, to_address, created_at)
+                SELECT :project, 'email', 'ready', 'bulk', :provider, 'user' || g || '@example.com',
+                       now() - interval '1 hour'
+                FROM generate_series(1, :count) AS g
+                RETURNING id::text
+                """
+            ),
+            {"project": project_id, "provider": provider, "count": count},
+        )
+        return list(rows.scalars())
+
+
+def clear_backlog(engine, settings, lane: str, ids: list[str], chunks: int) -> None:
+    """The lane's tokens purged, its chunks withdrawn, its messages cancelled: nothing left behind."""
+    with celery_app.connection_for_write() as connection:
+        connection.default_channel.queue_purge(lane)
+    redis = redis_for(settings.redis_url)
+    for _ in range(chunks):
+        fairness.withdraw(redis, lane)
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
+        )
+
+
+def test_a_bulk_backlog_shows_on_metrics_as_tokens_messages_and_age(client, project, engine, settings):
+    """A bulk lane's queue holds one token per chunk, not the messages (app/delivery/fairness.py):
+    1,200 messages an hour old, published as the pipeline publishes them, are 3 tasks in
+    `tidings_queue_depth` and 1,200 in `tidings_pending_messages`. Email goes to postmark for
+    the test, a lane no worker consumes, so nothing drains it while it is measured."""
+    lane = "deliver.postmark.bulk"
+    with rerouted(settings, {Channel.EMAIL: ("postmark",)}):
+        tasks_before, pending_before, _ = backlog_gauges(client, lane)
+        ids = ready_an_hour_ago(engine, project.id, "postmark", 1200)
+        published = dispatch.deliver("postmark", Priority.BULK, ids, project=project.id)
+        chunks = sum(len(p.chunks) for p in published)
+        try:
+            for publishable in published:
+                publishable.apply_async()
+            tasks, pending, oldest = backlog_gauges(client, lane)
+        finally:
+            clear_backlog(engine, settings, lane, ids, chunks)
+    assert chunks == 3  # postmark's batch of 500
+    assert tasks - tasks_before == 3
+    assert pending - pending_before == 1200
+    assert oldest >= 3600
+
+
 def test_request_counts_reach_redis_without_a_round_trip_each(client, project):
     """Requests are buffered in the process and flushed by the scrape that reports them."""
     before = scrape(client)["tidings_http_requests"]
@@ -167,3 +237,10 @@ def test_with_a_metrics_token_a_scrape_must_bring_it(guarded):
 def test_a_short_metrics_token_stops_start_up(migrated):
     with pytest.raises(ConfigError, match="METRICS_TOKEN must be at least 16 characters"):
         Settings.from_env({**migrated.environ, "METRICS_TOKEN": "short"})
+
+
+def test_the_spec_declares_the_metrics_token_only_where_it_is_set(guarded, client):
+    """/openapi.json tells the truth for the deployment it comes from."""
+    guarded_security = guarded.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"]
+    assert guarded_security == [{"metricsToken": []}]
+    assert client.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"] == []

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from app.services import operations
 from tests.conftest import ADMIN_KEY, bearer, email
 
 ADMIN = bearer(ADMIN_KEY)
@@ -19,16 +20,17 @@ def _no_pauses_left_over(client):
         client.post(f"/v1/admin/providers/{name}/resume", headers=ADMIN)
 
 
-def make_dead(project, engine, count: int) -> list[str]:
+def make_dead(project, engine, count: int, status: str = "dead") -> list[str]:
+    """`count` messages that ended `status` (dead letters by default) after 5 attempts."""
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     ids = [project.send(email(scheduled_at=later)).get_json()["id"] for _ in range(count)]
     with engine.begin() as connection:
         connection.execute(
             text(
-                "UPDATE messages SET status = 'dead', attempts = 5, error = 'HTTP 503' "
+                "UPDATE messages SET status = :status, attempts = 5, error = 'HTTP 503' "
                 "WHERE id = ANY(CAST(:ids AS uuid[]))"
             ),
-            {"ids": ids},
+            {"ids": ids, "status": status},
         )
     return ids
 
@@ -45,6 +47,32 @@ def test_requeue_by_ids_sends_again_with_fresh_attempts(client, project, engine,
     assert requeued["data"] == {"by": "ops@acme", "previous_attempts": 5}
     assert fake_provider.count(dead) == 1
     assert project.get(untouched).get_json()["status"] == "dead"
+
+
+@pytest.mark.usefixtures("worker")
+def test_unknown_messages_are_requeued_only_when_asked_for_and_with_a_warning(client, project, engine, fake_provider):
+    unknown, dead = make_dead(project, engine, 1, "unknown") + make_dead(project, engine, 1)
+    by_default = client.post("/v1/admin/messages/requeue", json={"ids": [unknown, dead]}, headers=ADMIN)
+    assert by_default.get_json() == {"requeued": 1}  # the dead letter only
+    assert project.get(unknown).get_json()["status"] == "unknown"
+    answer = client.post(
+        "/v1/admin/messages/requeue",
+        json={"ids": [unknown], "status": "unknown", "requested_by": "ops@acme"},
+        headers=ADMIN,
+    )
+    assert answer.status_code == 200
+    assert answer.get_json() == {"requeued": 1, "warning": operations.MAY_ARRIVE_TWICE}
+    message = project.wait_for(unknown)
+    assert (message["status"], message["attempts"]) == ("sent", 1)
+    requeued = next(e for e in message["events"] if e["type"] == "requeued")
+    assert requeued["data"] == {"by": "ops@acme", "previous_attempts": 5, "warning": operations.MAY_ARRIVE_TWICE}
+    assert fake_provider.count(unknown) == 1
+
+
+def test_requeue_takes_dead_or_unknown_and_nothing_else(client, project):
+    answer = client.post("/v1/admin/messages/requeue", json={"project": project.id, "status": "sent"}, headers=ADMIN)
+    assert answer.status_code == 422
+    assert "status" in answer.get_json()["errors"]["json"]
 
 
 def test_requeue_by_project_takes_only_dead_letters_of_that_project(client, project, engine):

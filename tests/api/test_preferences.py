@@ -75,6 +75,8 @@ UNTRACKED = {"opens": False, "clicks": False, "transactional": True}
 # What a project's settings hold when they leave them out: the deployment's quotas, reset at
 # UTC midnight, and no sender of its own yet.
 LIMITS = {"daily_quota": {}, "quota_timezone": "UTC", "verified_senders": []}
+# No category has a name of its own on the preference page until the project gives one.
+NAMES = {"category_names": {}}
 
 
 def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
@@ -87,6 +89,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "retention_days": 30,
         "webhook_allowed_networks": [],
         **LIMITS,
+        **NAMES,
     }
     project_id = created.get_json()["id"]
     patched = client.patch(
@@ -102,6 +105,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "retention_days": 30,
         "webhook_allowed_networks": [],
         **LIMITS,
+        **NAMES,
     }
     plain = client.post("/v1/admin/projects", json={"name": "Plain"}, headers=admin).get_json()
     assert plain["settings"] == {
@@ -112,6 +116,7 @@ def test_project_settings_are_set_at_creation_and_replaced_by_patch(client):
         "retention_days": 30,
         "webhook_allowed_networks": [],
         **LIMITS,
+        **NAMES,
     }
 
 
@@ -160,6 +165,7 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "required_categories",
         "category_defaults",
         "quiet_hours",
+        "category_names",
         "tracking",
         "retention_days",
         "webhook_allowed_networks",
