@@ -36,13 +36,35 @@ def engine_for(database_url: str) -> Engine:
     # new PostgreSQL backend for nearly every request (seen in the soak: half of 41
     # connections younger than 2 s with 5). Ten covers a worker's 8 threads and most of an
     # API process's; the overflow keeps a burst from waiting.
-    return create_engine(
+    engine = create_engine(
         database_url,
         pool_size=10,
         max_overflow=10,
         pool_pre_ping=True,
-        connect_args={"connect_timeout": 5, "application_name": "tidings"},
+        connect_args={
+            "connect_timeout": 5,
+            "application_name": "tidings",
+            # A server that vanished (a host cut off, a NAT that forgot us) is noticed in
+            # about a minute, not the two hours of the kernel's defaults.
+            "keepalives": 1,
+            "keepalives_idle": 30,
+            "keepalives_interval": 10,
+            "keepalives_count": 3,
+        },
     )
+    event.listen(engine, "connect", _limit_idle_transactions)
+    return engine
+
+
+def _limit_idle_transactions(dbapi_connection: Any, _record: Any) -> None:
+    """A transaction whose process went silent (killed, or its host cut off) gives its row
+    locks back after a minute, so the sweeper's SKIP LOCKED and other workers' claims do
+    not wait on it for hours. No transaction of ours idles that long: provider calls and
+    broker publishes happen outside them. Set per connection, not as a startup option,
+    which connection poolers such as PgBouncer refuse."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SET idle_in_transaction_session_timeout = '60s'")
+    dbapi_connection.commit()
 
 
 @lru_cache(maxsize=8)

@@ -121,8 +121,16 @@ class Subscriber(Base):
 class Message(Base):
     __tablename__ = "messages"
     __table_args__ = (
-        # A project's test key and live key each have their own Idempotency-Keys.
-        UniqueConstraint("project_id", "test", "idempotency_key", name="uq_messages_project_test_idempotency_key"),
+        # A project's test key and live key each have their own Idempotency-Keys. Partial: a
+        # send without a key (most) costs no entry here, in any of its row versions.
+        Index(
+            "uq_messages_idempotency_key",
+            "project_id",
+            "test",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
         Index("ix_messages_project_created", "project_id", "created_at"),
         # Erasure finds a subscriber's messages by it.
         Index(
@@ -182,6 +190,10 @@ class Message(Base):
     updated_at: Mapped[datetime] = _now()
     ready_at: Mapped[datetime | None]
     claimed_at: Mapped[datetime | None]
+    # The worker process holding a `sending` claim (tasks/heartbeat.py), and its run: the
+    # sweeper acts when that worker's heartbeat stops, and resends a run as one call.
+    claimed_by: Mapped[str | None] = mapped_column(Text)
+    claim_id: Mapped[uuid.UUID | None]
     sent_at: Mapped[datetime | None]
 
 

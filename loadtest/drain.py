@@ -8,8 +8,11 @@ the same provider taking one per call (LOG_PROVIDER_MAX_BATCH) — it starts the
 API under gunicorn, Celery workers in the chosen layout, beat), makes a project without a
 rate limit, POSTs the batches to /v1/messages/batch scheduled an hour ahead, releases
 them all with one UPDATE and the dispatch `release_due` uses (tasks.maintenance), and
-waits until every message is terminal. It reports enqueue and drain jobs/s, the peak RSS
-of every process, and the database bytes per message before and after VACUUM.
+waits until every message is terminal. It reports enqueue and drain jobs/s, the CPU time
+each process spent per job while draining (/proc: on a shared machine the figure that
+wall-clock noise does not move), the peak RSS of every process, and the database bytes per
+message before and after VACUUM. With --profile, py-spy samples each worker during the
+drain and the report names where their time went (collapsed stacks kept in DIR).
 
 Ceilings: a raw COPY of the same rows into plain scratch tables shaped like messages and
 message_contents, and a no-op Celery task drained by workers of the same layout
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import hotspots
 import noop_task
 import progress
 import redis
@@ -44,6 +49,7 @@ from harness import LAYOUTS, POOL, Processes, bench_env, describe_layout, layout
 from peak_rss import PeakRss, postgres_pid, redis_pid
 from report import append_section
 from sqlalchemy import Engine, create_engine, text
+from usage import Role
 
 from app.config import Settings, database_url_from_env
 from app.db import session_factory, session_scope
@@ -74,6 +80,8 @@ RELEASE = text(
 )
 TABLES = ("messages", "message_contents", "events")
 POLL_SECONDS = 0.25
+# py-spy stops on its own after this, should a drain outlast it.
+PROFILE_LIMIT_SECONDS = 600
 
 
 @dataclass
@@ -86,6 +94,8 @@ class ModeResult:
     statuses: Counter = field(default_factory=Counter)
     bytes_per_message: dict[str, float] = field(default_factory=dict)
     rss: list[str] = field(default_factory=list)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, over the drain
+    hot_spots: dict[str, str] = field(default_factory=dict)  # per worker, with --profile
     # The COPY ceiling, taken with this mode's rows when it was asked to.
     copy_seconds: float | None = None
 
@@ -197,6 +207,28 @@ def wait_drained(engine: Engine, project_id: str, released_at: datetime, timeout
     return (finished - released_at).total_seconds(), progress.statuses(engine, project_id)
 
 
+@contextmanager
+def profiled(pids: dict[str, int], directory: Path | None) -> Iterator[dict[str, str]]:
+    """py-spy on each worker process while the block runs, when given a `directory` for
+    the stacks; the dict filled, once the block ends, with where each spent its time."""
+    found: dict[str, str] = {}
+    if directory is None:
+        yield found
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    workers = {name: pid for name, pid in pids.items() if name not in ("api", "beat", "postgres", "redis")}
+    paths = {name: directory / f"profile-{name}.txt" for name in workers}
+    recorders = {name: hotspots.record(pid, PROFILE_LIMIT_SECONDS, paths[name]) for name, pid in workers.items()}
+    try:
+        yield found
+    finally:
+        for recorder in recorders.values():  # py-spy writes what it sampled when interrupted
+            recorder.send_signal(signal.SIGINT)
+        for recorder in recorders.values():
+            recorder.wait(timeout=60)
+    found.update({name: hotspots.hot_spots(path, count=8) for name, path in paths.items() if path.exists()})
+
+
 def table_bytes(engine: Engine) -> int:
     """messages, message_contents and events with their indexes, TOAST and maps."""
     sizes = " + ".join(f"pg_total_relation_size('{table}')" for table in TABLES)
@@ -250,13 +282,18 @@ def run_mode(
         created.raise_for_status()
         pids = {name: process.pid for name, process in processes.processes.items()}
         pids |= {"postgres": postgres_pid(engine), "redis": redis_pid(settings.redis_url)}
+        roles = {name: Role(pid) for name, pid in pids.items()}
         with PeakRss(pids) as rss:
             result.accepted, result.rejected, result.enqueue_seconds = enqueue(api, key, bodies, args.clients)
             if measure_copy:
                 result.copy_seconds = copy_ceiling(engine, project_id, mode_dir)
-            released, released_at = release(settings.database_url, project_id)
-            result.drain_seconds, result.statuses = wait_drained(engine, project_id, released_at, args.timeout)
+            cpu_before = {name: role.totals()[0] for name, role in roles.items()}
+            with profiled(pids, args.profile / mode if args.profile else None) as hot_spots:
+                released, released_at = release(settings.database_url, project_id)
+                result.drain_seconds, result.statuses = wait_drained(engine, project_id, released_at, args.timeout)
+                result.cpu_seconds = {name: role.totals()[0] - cpu_before[name] for name, role in roles.items()}
         result.rss = rss.lines()
+        result.hot_spots = hot_spots
     if released != result.accepted:
         raise RuntimeError(f"released {released} of {result.accepted} accepted messages")
     # What this mode's rows added: the tables were compact when it began (VACUUM FULL below).
@@ -326,6 +363,10 @@ def report(results: list[ModeResult], noop: NoopResult | None, args: argparse.Na
         drain = f"  drain: {result.accepted} in {result.drain_seconds:.2f} s = {result.drain_rate:.0f} jobs/s"
         lines.append(drain + (f" ({result.drain_rate / noop_rate:.1f} times the no-op task rate)" if noop_rate else ""))
         lines.append(f"  statuses: {progress.describe(result.statuses)}; lost: {result.lost}")
+        cpu = ", ".join(f"{name} {1000 * s / result.accepted:.3f}" for name, s in result.cpu_seconds.items())
+        total = 1000 * sum(result.cpu_seconds.values()) / result.accepted
+        lines.append(f"  CPU ms per job while draining: {cpu}; all {total:.3f}")
+        lines.extend(f"  where {name} spent its time: {spots}" for name, spots in result.hot_spots.items())
         sizes = ", ".join(f"{size:.0f} {when}" for when, size in result.bytes_per_message.items())
         lines.append(f"  bytes per message (messages + contents + events, indexes and TOAST): {sizes}")
         lines.append("  peak RSS (with children; each counts the shared memory it touched):")
@@ -343,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noop-tasks", type=int, default=20_000, help="tasks for the no-op ceiling (0: skip)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a drain may take before giving up")
     parser.add_argument("--no-append", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--profile", type=Path, help="py-spy the workers while draining; stacks go to this folder")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):

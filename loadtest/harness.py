@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import requests
@@ -119,9 +119,12 @@ class Processes:
         self.wait_for_log(name, ready)
         return process
 
-    def start_worker(self, name: str = "worker", *args: str) -> subprocess.Popen:
+    def start_worker(self, name: str = "worker", *args: str, **env: str) -> subprocess.Popen:
         return self.start(
-            name, role("worker", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args), ready="ready."
+            name,
+            role("worker", "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args),
+            ready="ready.",
+            **env,
         )
 
     def start_workers(self, layout: str, queues: Sequence[str]) -> list[str]:
@@ -165,20 +168,30 @@ class Processes:
             time.sleep(0.05)
         raise RuntimeError(f"{name} never logged {needle!r}:\n{path.read_text(errors='replace')[-3000:]}")
 
-    def signal(self, name: str, signum: int, timeout: float = 60) -> int:
-        """Send `signum` to the process group (pool children too) and wait for the end."""
+    def signal(self, name: str, signum: int, timeout: float = 60, group: bool = True) -> int:
+        """Send `signum` to the process group (pool children too), or with `group` False to
+        the main process only, as `docker stop` and systemd's KillMode=mixed do, and wait
+        for the end."""
         process = self.processes.pop(name)
-        os.killpg(process.pid, signum)
+        if group:
+            os.killpg(process.pid, signum)
+        else:
+            os.kill(process.pid, signum)
         return process.wait(timeout=timeout)
 
     def stop(self) -> None:
-        """Stop every process still running: SIGTERM, then SIGKILL if it lingers."""
-        for name in list(self.processes):
-            process = self.processes.pop(name)
-            if process.poll() is None:
+        """Stop every process still running: SIGTERM to all at once (they stop side by side,
+        not one after another), then SIGKILL to any that lingers past STOP_TIMEOUT."""
+        running = [process for process in self.processes.values() if process.poll() is None]
+        self.processes.clear()
+        for process in running:
+            with suppress(ProcessLookupError):  # it ended since we looked
                 os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for process in running:
+            try:
+                process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                process.wait()

@@ -20,6 +20,11 @@ At the end it prints delivered/s (overall and in the second half), backlog (at t
 and its maximum after the first two minutes), accept → provider and API latencies, dead
 letters, database growth per notification, and a loss check: every accepted id is
 terminal or in flight, and every one the database calls sent is in the provider's ledger.
+Over the second half it measures where the CPU goes: milliseconds per delivered
+notification for each kind of process (the API, the workers by stage — split them with
+--split-stages to tell prepare from deliver —, beat, PostgreSQL, Redis, the fake provider,
+this load generator) and all together, from /proc; and, when PostgreSQL keeps
+pg_stat_statements, its costliest statements per notification (see statements.py).
 It writes samples.csv, soak.png and the processes' logs into loadtest/results/<run>/,
 and appends the figures to BENCHMARKS.md (unless --no-record).
 
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -44,11 +50,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import hotspots
+import statements
 from api_client import Api, Calls
 from engagement import ENGAGEMENT_THREADS, Deliveries, Engagement
 from pacer import LATE_AFTER, Pacer, late_starts
@@ -56,10 +63,11 @@ from report import append_section
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 from timeline import Sample, Sampler, active_counts, backlog, fell_behind, plot, write_csv
-from usage import Usage
+from usage import ALL_PROCESSES, Usage, ms_per_notification
 from workload import (
     POSTMARK_WEBHOOK_PASSWORD,
     POSTMARK_WEBHOOK_USER,
+    Layout,
     Setup,
     add_setup_arguments,
     clock,
@@ -81,6 +89,16 @@ PEER = (
     "p95 14 s; API p50 7 ms, p95 121 ms; 5 dead of 179,987); at 400/s delivered 237/s, 144,247 waiting "
     "at the end, API p95 478 ms."
 )
+# The kind of process each watched role is, for CPU per notification; workers go by their stage.
+KINDS = {
+    "api": "API",
+    "beat": "beat",
+    "postgres": "PostgreSQL",
+    "redis": "Redis",
+    "provider": "fake provider",
+    "load": "load generator",
+}
+WORKER_KINDS = {"prepare": "prepare worker", "deliver": "deliver worker", "all": "worker (all stages)"}
 
 
 def percentiles(values: list[float], points: tuple[int, ...] = (50, 95, 99)) -> list[float] | None:
@@ -97,6 +115,11 @@ def spread(values: list[float], scale: float, unit: str) -> str:
     p50, p95, p99 = (value * scale for value in found)
     digits = 0 if unit == "ms" else 2
     return f"p50 {p50:.{digits}f} {unit}, p95 {p95:.{digits}f} {unit}, p99 {p99:.{digits}f} {unit}"
+
+
+def process_kinds(roles: list[str], layout: Layout) -> dict[str, str]:
+    """Each watched role's kind of process: `worker<n>` by the stage the layout gives it."""
+    return {role: KINDS.get(role) or WORKER_KINDS[layout.stage(int(role.removeprefix("worker")))] for role in roles}
 
 
 class Soak:
@@ -125,12 +148,20 @@ class Soak:
             delivered=lambda: len(self.deliveries.first),
             target=lambda: self.rate,
             usage=Usage(self.roles),
-            on_sample=self.watch_for_lag,
+            on_sample=self.on_sample,
         )
         self.stop = threading.Event()
         self.behind = threading.Event()
         self.lagging = 0
         self.warm_until = 0.0  # wall-clock time before which the ramp's step is warming up
+        self.kinds = process_kinds(list(self.roles), layout_from(args))
+        self.counting_statements = False  # from the measured soak's start, when PostgreSQL keeps them
+        self.statement_totals: dict[float, dict[int, statements.Statement]] = {}  # by the time of the sample
+
+    def on_sample(self, sample: Sample) -> None:
+        self.watch_for_lag(sample)
+        if self.counting_statements:
+            self.statement_totals[sample.at] = statements.snapshot(self.db)
 
     def send_one(self) -> None:
         n = self.random.randrange(self.workload.subscribers)
@@ -252,7 +283,8 @@ def loss_check(accepted: dict[str, float], statuses: dict[str, str], first: dict
 @dataclass(frozen=True)
 class Window:
     """The measured soak: from `began` to `ended`, the backlog at its end, the database's
-    size at both ends, the pacer's first job in it."""
+    size at both ends, the pacer's first job in it, and why PostgreSQL gave no statement
+    figures (None when it did)."""
 
     began: float
     ended: float
@@ -260,10 +292,16 @@ class Window:
     bytes_before: int
     bytes_after: int
     first_job: int
+    without_statements: str | None
 
     @property
     def seconds(self) -> float:
         return self.ended - self.began
+
+    @property
+    def half(self) -> float:
+        """When the second half began."""
+        return self.began + self.seconds / 2
 
     def holds(self, at: float) -> bool:
         return self.began <= at <= self.ended
@@ -274,7 +312,7 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
     args, first = soak.args, soak.deliveries.first
     accepted = {mid: at for mid, at in soak.accepted.items() if at >= window.began}
     delivered = [at for at in first.values() if window.holds(at)]
-    half = window.began + window.seconds / 2
+    half = window.half
     samples = [s for s in soak.sampler.samples if window.holds(s.at)]
     settled = [s.backlog for s in samples if s.at >= window.began + args.settle]
     statuses = statuses_of(soak.db, soak.workload.project_id)
@@ -324,6 +362,35 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
     ], sum(lost.values())
 
 
+def per_notification(soak: Soak, rate: float, window: Window) -> tuple[list[str], list[str]]:
+    """Where the CPU went per notification delivered in the second half (from its first
+    sample to the window's last), by kind of process; then PostgreSQL's statements as a
+    table, or a line saying why there is none."""
+    samples = [s for s in soak.sampler.samples if window.half <= s.at <= window.ended]
+    if len(samples) < 2:
+        return ["CPU ms per delivered notification: fewer than two samples in the second half"], []
+    start, end = samples[0], samples[-1]
+    delivered = sum(1 for at in soak.deliveries.first.values() if start.at <= at <= end.at)
+    heading = f"CPU ms per delivered notification, second half ({clock(end.at - start.at)}, {delivered:,} delivered)"
+    if not delivered:
+        return [f"{heading}: none delivered"], []
+    cpu = ms_per_notification(start.usage, end.usage, soak.kinds, delivered)
+    cores = os.cpu_count() or 1
+    line = (
+        f"{heading}: "
+        + ", ".join(f"{kind} {ms:.2f}" for kind, ms in cpu.items() if kind != ALL_PROCESSES)
+        + f"; {ALL_PROCESSES} {cpu[ALL_PROCESSES]:.2f} ({cores} cores allow {1000 * cores / rate:.2f} at {rate:g}/s)"
+    )
+    if window.without_statements:
+        return [line, f"statements: {window.without_statements}"], []
+    counted = statements.since(soak.statement_totals[start.at], soak.statement_totals[end.at])
+    heading = (
+        f"PostgreSQL statements per delivered notification, second half: the top {statements.TOP} by time, "
+        f"and any run at least {statements.FREQUENT:g} times a notification"
+    )
+    return [line], [heading, "", *statements.table(counted, delivered)]
+
+
 def usage_by_role(samples: list[Sample]) -> str:
     if not samples:
         return "no samples (the soak was shorter than a sample interval)"
@@ -370,6 +437,7 @@ class Outcome:
     started: float
     title: str
     marks: dict[str, float]  # labelled moments for the plot
+    table: list[str] = field(default_factory=list)  # PostgreSQL's statements, in Markdown
 
 
 def run(args: argparse.Namespace, run_dir: Path) -> Outcome:
@@ -395,6 +463,8 @@ def measure(soak: Soak) -> Outcome:
             soak.wait_for_drain(limit=int(held))
             rate = held
         print(f"soak at {rate:g}/s for {clock(args.duration)} …", flush=True)
+        without_statements = statements.start(soak.db)
+        soak.counting_statements = without_statements is None
         bytes_before, began, first_job = database_bytes(soak.db), time.time(), len(soak.pacer.lags)
         profiling = (min(args.settle, args.duration / 3), min(60, args.duration / 3)) if args.profile else None
         profiler = threading.Thread(target=soak.profile, args=profiling) if profiling else None
@@ -404,10 +474,11 @@ def measure(soak: Soak) -> Outcome:
         if profiler is not None:
             profiler.join()
         ended, waiting = time.time(), backlog(active_counts(soak.db, soak.workload.project_id))
-        window = Window(began, ended, waiting, bytes_before, database_bytes(soak.db), first_job)
+        window = Window(began, ended, waiting, bytes_before, database_bytes(soak.db), first_job, without_statements)
     figures, lost = summary(soak, rate, window)  # with every thread of the run stopped
+    where_it_goes, table = per_notification(soak, rate, window)
     marks = {"soak": began} if args.ramp else {}
-    return Outcome(lines + figures, lost, soak.sampler.samples, started, figures[0], marks)
+    return Outcome(lines + figures + where_it_goes, lost, soak.sampler.samples, started, figures[0], marks, table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,10 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     picture = run_dir / "soak.png"
     plot(outcome.samples, outcome.started, outcome.title, picture, outcome.marks)
     lines = [*outcome.lines, f"plot: {picture}"]
-    print("\n".join(lines))
+    table = "\n\n" + "\n".join(outcome.table) if outcome.table else ""  # after the lines, a blank line between
+    print("\n".join(lines) + table)
     if not args.no_record:
         heading = "Soak: ramp, then hold the sustainable rate" if args.ramp else f"Soak at {args.rate:g}/s"
-        append_section(heading, "\n".join(f"- {line}" for line in lines) + f"\n\n{PEER}")
+        append_section(heading, "\n".join(f"- {line}" for line in lines) + f"{table}\n\n{PEER}")
     return 1 if outcome.lost else 0
 
 

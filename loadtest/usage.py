@@ -1,4 +1,5 @@
-"""CPU and memory of each role of the stack, sampled from /proc through psutil.
+"""CPU and memory of each role of the stack, sampled from /proc through psutil; and the
+CPU each kind of process spends per notification between two samples.
 
 A role is a process and, usually, its descendants: gunicorn's workers, a Celery pool's
 children, PostgreSQL's backends. A process's CPU time moves into its parent's
@@ -9,14 +10,18 @@ live tree counts every second once, even as backends come and go.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
+
+ALL_PROCESSES = "all processes"
 
 
 @dataclass(frozen=True)
 class RoleUsage:
     cpu_percent: float  # of one core, over the last interval
+    cpu_seconds: float  # so far: what the role used between two samples is their difference
     rss_mb: float  # the tree's resident memory (shared pages are counted in every process)
 
 
@@ -66,7 +71,23 @@ class Usage:
         sample = {}
         for name, role in self.roles.items():
             cpu, rss = role.totals()
-            sample[name] = RoleUsage(100 * max(cpu - self.last[name], 0.0) / elapsed, rss / 1e6)
+            sample[name] = RoleUsage(100 * max(cpu - self.last[name], 0.0) / elapsed, cpu, rss / 1e6)
             self.last[name] = cpu
         self.at = now
         return sample
+
+
+def ms_per_notification(
+    before: Mapping[str, RoleUsage], after: Mapping[str, RoleUsage], kinds: Mapping[str, str], notifications: int
+) -> dict[str, float]:
+    """CPU milliseconds per notification for each kind of process between two samples (the
+    roles of one kind add up; kinds in the order `kinds` first names them), and over all
+    processes last, under ALL_PROCESSES."""
+    if notifications <= 0:
+        raise ValueError("CPU per notification needs at least one notification")
+    seconds: dict[str, float] = {}
+    for role, kind in kinds.items():
+        used = max(after[role].cpu_seconds - before[role].cpu_seconds, 0.0)
+        seconds[kind] = seconds.get(kind, 0.0) + used
+    seconds[ALL_PROCESSES] = sum(seconds.values())
+    return {kind: 1000 * used / notifications for kind, used in seconds.items()}

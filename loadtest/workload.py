@@ -66,12 +66,19 @@ class Layout:
             + (", stages split between workers" if self.split_stages else "")
         )
 
+    def stage(self, n: int) -> str:
+        """What the nth worker (from 1) consumes: "prepare" (with the webhook and beat queues)
+        or "deliver" when the stages are split, else "all"."""
+        if not self.split_stages or self.workers < 2:
+            return "all"
+        return "deliver" if n % 2 == 0 else "prepare"
+
     def worker_queues(self, n: int, queues: list[str]) -> list[str]:
         """The queues of the nth worker (from 1): all of them, or one stage's when split."""
-        if not self.split_stages or self.workers < 2:
+        stage = self.stage(n)
+        if stage == "all":
             return queues
-        delivering = n % 2 == 0
-        return [queue for queue in queues if queue.startswith("deliver.") == delivering]
+        return [queue for queue in queues if queue.startswith("deliver.") == (stage == "deliver")]
 
 
 def add_setup_arguments(parser: argparse.ArgumentParser) -> None:

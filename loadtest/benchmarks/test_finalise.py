@@ -18,6 +18,7 @@ from tests.faults.stack import ready_messages
 
 ROWS = 500
 ROUNDS = 20
+WORKER = "bench-host:1:finalise"  # the worker process that holds the claims it finalises
 
 
 def test_finalise_500(benchmark, engine):
@@ -26,16 +27,16 @@ def test_finalise_500(benchmark, engine):
         def claimed_batch() -> tuple[tuple[Session, list[store.Finalised]], dict[str, Any]]:
             ids = ready_messages(engine, ROWS)
             with Session(engine) as session, session.begin():
-                claimed = store.claim(session, "fake", ids)
+                claimed = store.claim(session, "fake", ids, WORKER, str(uuid.uuid4()))
             outcomes = [
                 store.Finalised(row.id, MessageStatus.SENT, provider_message_id=f"fake-{uuid.uuid4().hex}")
                 for row in claimed
             ]
             session = sessions.enter_context(Session(engine))
             session.begin()
-            return (session, outcomes), {}
+            return (session, outcomes, WORKER), {}
 
-        def commit(session: Session, outcomes: list[store.Finalised]) -> None:
+        def commit(session: Session, outcomes: list[store.Finalised], worker: str) -> None:
             session.commit()
             session.close()
 

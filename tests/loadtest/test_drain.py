@@ -31,6 +31,7 @@ def test_the_drain_reports_every_figure_and_every_message_ends_terminal(bench_en
         r"^  enqueue: 100 accepted, 0 rejected, 2 POSTs of 50 .* = \d+ jobs/s \([\d.]+ of raw COPY\)$",
         r"^  drain: 100 in [\d.]+ s = \d+ jobs/s \([\d.]+ times the no-op task rate\)$",
         r"^  statuses: sent 100; lost: 0$",
+        r"^  CPU ms per job while draining: api [\d.]+, prepare [\d.]+, deliver [\d.]+, .*; all [\d.]+$",
         r"^  bytes per message .*: -?\d+ before VACUUM, -?\d+ after VACUUM, -?\d+ after VACUUM FULL$",
         *(rf"^    {process}: \d+ MB" for process in ("prepare", "deliver", "beat", "api", "postgres", "redis")),
     ):

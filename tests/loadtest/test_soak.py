@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
 # Where soak.py looks for it: beside this Python (a virtualenv's bin), then on the PATH.
 PY_SPY = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
@@ -33,8 +31,9 @@ def soak(migrated, *args: str) -> str:
     return result.stdout
 
 
-def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrated, tmp_path):
-    out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--results", str(tmp_path))
+def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_and_loses_nothing(migrated, tmp_path):
+    assert PY_SPY is not None, "py-spy (a dev dependency) is missing"
+    out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--profile", "--results", str(tmp_path))
     expected = [
         r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers .*, 2 Celery workers "
         r"x threads \d+, stages split between workers$",
@@ -52,6 +51,11 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
         r"^lost: 0 \(\d+ terminal, \d+ in flight\)$",
         r"^CPU % of one core \(mean\) and peak RSS: api \d+% \d+ MB, worker1 .*, worker2 .*, redis .*, "
         r"load \d+% \d+ MB$",
+        r"^CPU ms per delivered notification, second half \(0m0\d\.\ds, [1-9][\d,]* delivered\): API [\d.]+, "
+        r"prepare worker [\d.]+, deliver worker [\d.]+, beat [\d.]+, (?:PostgreSQL [\d.]+, )?Redis [\d.]+, "
+        r"fake provider [\d.]+, load generator [\d.]+; all processes [\d.]+ \(\d+ cores allow [\d.]+ at 20/s\)$",
+        # The table when the server preloads pg_stat_statements, else why not.
+        r"^(?:statements: .*pg_stat_statements.*|\| all \d+ statements \| [\d.]+ \|.*)$",
     ]
     for pattern in expected:
         assert re.search(pattern, out, re.MULTILINE), f"{pattern!r} not in:\n{out}"
@@ -62,6 +66,12 @@ def test_a_tiny_soak_prints_its_figures_draws_its_plot_and_loses_nothing(migrate
         rows = list(csv.DictReader(samples))
     assert len(rows) >= 5
     assert {"backlog", "delivered_per_s", "api_cpu_percent", "worker1_rss_mb"} <= set(rows[0])
+    for role in ("api", "worker1", "worker2"):
+        found = re.search(rf"^where {role} spends its time: (.+)$", out, re.MULTILINE)
+        assert found, out
+        spot = r"\d+% [\w.<>]+ \((?:app|tasks|providers)/[\w/]+\.py\)"
+        assert re.fullmatch(rf"(?:{spot}, )*{spot}; \d+% outside our code", found[1]), found[1]
+    assert list(tmp_path.glob("soak-*/profile-worker1.txt"))
 
 
 def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
@@ -85,14 +95,3 @@ def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_h
     assert re.search(r"^dead letters: 0$", out, re.MULTILINE), out
     assert re.search(r"^lost: 0 \(", out, re.MULTILINE), out
     assert re.search(r"^plot: .+/ramp-[\d-]+/soak\.png$", out, re.MULTILINE), out
-
-
-@pytest.mark.skipif(PY_SPY is None, reason="py-spy is not installed (pip install py-spy)")
-def test_a_profiled_soak_names_where_each_process_spends_its_time(migrated, tmp_path):
-    out = soak(migrated, *TINY, "--workers", "1", "--duration", "10s", "--profile", "--results", str(tmp_path))
-    for role in ("api", "worker1"):
-        found = re.search(rf"^where {role} spends its time: (.+)$", out, re.MULTILINE)
-        assert found, out
-        spot = r"\d+% [\w.<>]+ \((?:app|tasks|providers)/[\w/]+\.py\)"
-        assert re.fullmatch(rf"(?:{spot}, )*{spot}; \d+% outside our code", found[1]), found[1]
-    assert list(tmp_path.glob("soak-*/profile-worker1.txt"))

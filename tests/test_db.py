@@ -1,0 +1,36 @@
+"""Connections of our engine: a transaction left idle gives its locks back."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from app.db import engine_for
+from tests.waiting import wait_until
+
+
+def test_every_connection_limits_idle_transactions(migrated):
+    with engine_for(migrated.database_url).connect() as connection:
+        assert connection.execute(text("SHOW idle_in_transaction_session_timeout")).scalar() == "1min"
+
+
+def test_the_server_ends_a_transaction_its_process_left_idle(migrated):
+    engine = engine_for(migrated.database_url)
+    silent = engine.connect()
+    silent.execute(text("SET idle_in_transaction_session_timeout = '100ms'"))  # the minute, shortened
+    pid = silent.execute(text("SELECT pg_backend_pid()")).scalar()  # and now it holds a transaction, silent
+    try:
+        wait_until(
+            lambda: backend_state(engine, pid),
+            lambda state: state is None,
+            10,
+            "the server to end the idle transaction's backend",
+        )
+    finally:
+        silent.invalidate()
+        silent.close()
+
+
+def backend_state(engine, pid: int) -> str | None:
+    """What pg_stat_activity says of backend `pid` now (a new transaction: a fresh snapshot)."""
+    with engine.connect() as connection:
+        return connection.execute(text("SELECT state FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}).scalar()
