@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test fuzz lint fmt api worker beat flower migrate bench bench-compare drain load loadtest soak ramp bench-digest clean
+.PHONY: help install run test fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ bench: $(STAMP) ## Micro-benchmarks: save the run, print it, append it to BENCHM
 
 bench-compare: $(STAMP) ## Compare the two newest `make bench` runs; fails when one is > 25% slower
 	$(BIN)/python loadtest/bench_compare.py $(COMPARE_ARGS)
+
+bench-gate: $(STAMP) ## Micro-benchmarks of HEAD~1 (GATE_ARGS: another base) and HEAD, interleaved; fails when one is > 25% slower
+	$(BIN)/python loadtest/bench_gate.py $(GATE_ARGS)
 
 drain: $(STAMP) ## Drain benchmark: 20 × 5,000 via the batch API, at 100 and 1 per provider call, beside COPY and no-op ceilings
 	$(BIN)/python loadtest/drain.py $(DRAIN_ARGS)

@@ -64,8 +64,12 @@ class Settings:
     rates: Mapping[str, float | None] = field(default_factory=dict)
     retry_delay_scale: float = 1.0
     claim_timeout: int = 600
+    # Seconds between a worker process's heartbeats, and the silence after which the sweeper
+    # takes it for dead and settles its claims (app/delivery/heartbeats.py).
+    worker_heartbeat: float = 1.0
+    worker_dead_after: float = 10.0
     stalled_after: int = 60
-    sweep_interval: float = 30.0
+    sweep_interval: float = 10.0
     host: str = "127.0.0.1"
     port: int = 8000
     flower_port: int = 5555
@@ -95,6 +99,10 @@ class Settings:
     daily_quotas: Mapping[Channel, int] = field(default_factory=dict)
     # Messages a minute a project's sends may carry, unless its settings say otherwise; None: no limit.
     messages_per_min: int | None = None
+    # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
+    # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
+    console_secure_cookie: bool = False
+    console_session_hours: int = 8
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -114,6 +122,7 @@ class Settings:
         chains = {channel: _chain(env, channel) for channel in DELIVERING_CHANNELS}
         _check_receivers(env)
         default_attempts = _int(env, "MAX_ATTEMPTS", 5, minimum=1)
+        heartbeat, dead_after = _worker_liveness(env)
         return cls(
             database_url=_database_url(env),
             redis_url=redis_url,
@@ -130,7 +139,9 @@ class Settings:
             retry_delay_scale=_float(env, "RETRY_DELAY_SCALE", 1.0, minimum=0.001),
             claim_timeout=_int(env, "CLAIM_TIMEOUT_SECONDS", 600, minimum=1),
             stalled_after=_int(env, "STALLED_AFTER_SECONDS", 60, minimum=1),
-            sweep_interval=_float(env, "SWEEP_INTERVAL_SECONDS", 30.0, minimum=0.1),
+            worker_heartbeat=heartbeat,
+            worker_dead_after=dead_after,
+            sweep_interval=_float(env, "SWEEP_INTERVAL_SECONDS", 10.0, minimum=0.1),
             host=env.get("TIDINGS_HOST", "127.0.0.1"),
             port=_int(env, "TIDINGS_PORT", 8000, minimum=1, maximum=65535),
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),
@@ -155,6 +166,8 @@ class Settings:
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             daily_quotas=_daily_quotas(env),
             messages_per_min=_optional_int(env, "RATE_LIMIT_MESSAGES_PER_MINUTE", None, minimum=1),
+            console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
+            console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,
         )
 
@@ -253,6 +266,15 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum:
     return value
 
 
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("1", "true", "yes", "0", "false", "no"):
+        raise ConfigError(f"{name} must be true or false; got {raw!r}")
+    return raw in ("1", "true", "yes")
+
+
 def _optional_int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
     """A whole number, or `none` for no limit at all."""
     raw = env.get(name, "").strip()
@@ -289,6 +311,14 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float, ma
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name} must be at most {maximum}; got {value}")
     return value
+
+
+def _worker_liveness(env: Mapping[str, str]) -> tuple[float, float]:
+    """Seconds between heartbeats, and the silence that means a worker died: several beats
+    long, so one slow beat never passes a live worker's claims to the sweeper."""
+    heartbeat = _float(env, "WORKER_HEARTBEAT_SECONDS", 1.0, minimum=0.05)
+    dead_after = _float(env, "WORKER_DEAD_AFTER_SECONDS", 10.0, minimum=3 * heartbeat)
+    return heartbeat, dead_after
 
 
 def _rates(env: Mapping[str, str], chains: Mapping[Channel, tuple[str, ...]]) -> dict[str, float | None]:

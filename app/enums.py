@@ -49,6 +49,11 @@ ACTIVE_STATUSES = (
 )
 
 
+# Statuses an operator may send again (`requeue`): dead letters, and `unknown` messages,
+# which may have been delivered already and so may arrive twice.
+REQUEUABLE_STATUSES = (MessageStatus.DEAD, MessageStatus.UNKNOWN)
+
+
 class EventType(StrEnum):
     ACCEPTED = "accepted"
     SCHEDULED = "scheduled"
@@ -71,6 +76,9 @@ class EventType(StrEnum):
     UNKNOWN = "unknown"
     # A project-level event: an outbound webhook endpoint was switched off (410, or failing for days).
     WEBHOOK_DISABLED = "webhook_disabled"
+    # A project-level event: a subscriber's preferences were replaced (by the API or the
+    # subscriber's own preference page); its data says by which and what they are now.
+    PREFERENCES = "preferences"
     # One device of a push message to a subscriber, and where it stands (app/delivery/device_store.py).
     DEVICE = "device"
 

@@ -22,7 +22,17 @@ def test_defaults():
     assert settings.providers[Channel.EMAIL] == "log"
     assert settings.port == 8000
     assert settings.prepare_linger == 0.05
+    assert (settings.worker_heartbeat, settings.worker_dead_after, settings.sweep_interval) == (1.0, 10.0, 10.0)
     assert Settings.from_env({**GOOD, "PREPARE_LINGER_MS": "0"}).prepare_linger == 0
+
+
+def test_the_console_cookie_is_secure_behind_https_unless_told():
+    assert Settings.from_env(GOOD).console_secure_cookie is False
+    behind_https = {**GOOD, "TIDINGS_PUBLIC_URL": "https://tidings.example.com"}
+    assert Settings.from_env(behind_https).console_secure_cookie is True
+    assert Settings.from_env({**behind_https, "CONSOLE_SECURE_COOKIE": "false"}).console_secure_cookie is False
+    assert Settings.from_env({**GOOD, "CONSOLE_SECURE_COOKIE": "true"}).console_secure_cookie is True
+    assert Settings.from_env({**GOOD, "CONSOLE_SESSION_HOURS": "1"}).console_session_hours == 1
 
 
 def test_a_channel_lists_its_providers_in_failover_order():
@@ -112,6 +122,12 @@ def test_broker_may_be_rabbitmq():
             "ses status webhooks: SES_SNS_TEST_HOST may only name 127.0.0.1:<port>; got 'example.com:80'",
         ),
         ({"BREAKER_FAILURES": "0"}, "BREAKER_FAILURES must be at least 1; got 0"),
+        ({"CONSOLE_SECURE_COOKIE": "maybe"}, "CONSOLE_SECURE_COOKIE must be true or false; got 'maybe'"),
+        ({"CONSOLE_SESSION_HOURS": "0"}, "CONSOLE_SESSION_HOURS must be from 1 to 720; got 0"),
+        (
+            {"WORKER_HEARTBEAT_SECONDS": "2", "WORKER_DEAD_AFTER_SECONDS": "5"},
+            "WORKER_DEAD_AFTER_SECONDS must be at least 6.0; got 5.0",
+        ),
         ({"PREPARE_LINGER_MS": "2.5"}, "PREPARE_LINGER_MS must be a whole number; got '2.5'"),
         ({"PREPARE_LINGER_MS": "-1"}, "PREPARE_LINGER_MS must be from 0 to 10000; got -1"),
         ({"PREPARE_LINGER_MS": "60000"}, "PREPARE_LINGER_MS must be from 0 to 10000; got 60000"),
