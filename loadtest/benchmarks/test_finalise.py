@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.config import use_settings
 from app.delivery import store
 from app.enums import MessageStatus
 from tests.faults.stack import ready_messages
@@ -21,7 +22,8 @@ ROUNDS = 20
 WORKER = "bench-host:1:finalise"  # the worker process that holds the claims it finalises
 
 
-def test_finalise_500(benchmark, engine):
+def test_finalise_500(benchmark, engine, migrated):
+    use_settings(migrated)  # what the tests' app does: the commit announces the sent rows through its Redis
     with ExitStack() as sessions:  # closed here too: --benchmark-disable skips the teardown
 
         def claimed_batch() -> tuple[tuple[Session, list[store.Finalised]], dict[str, Any]]:
