@@ -19,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     Enum,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     SmallInteger,
@@ -206,6 +207,12 @@ class Batch(Base):
     __tablename__ = "batches"
     __table_args__ = (
         UniqueConstraint("project_id", "test", "idempotency_key", name="uq_batches_project_test_idempotency_key"),
+        # The sweeper's look for topic fan-outs that stopped moving: only unfinished ones are in it.
+        Index(
+            "ix_batches_fanout_pending",
+            "fanout_at",
+            postgresql_where=text("topic IS NOT NULL AND fanout_done_at IS NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, server_default=text("gen_random_uuid()"))
@@ -222,6 +229,48 @@ class Batch(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     response: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = _now()
+    # A send to a topic: its messages are written by tasks/fanout.py a chunk of members at a
+    # time. `fanout` holds the columns every message shares; `fanout_after` is the last member
+    # written (members go in subscriber order), so a repeated task writes no one twice;
+    # `fanout_at` is the last progress, for the sweeper to take up a fan-out whose task was lost.
+    topic: Mapped[str | None] = mapped_column(String(128))
+    fanout: Mapped[dict[str, Any] | None]
+    fanout_after: Mapped[str | None] = mapped_column(String(255))
+    fanout_at: Mapped[datetime | None]
+    fanout_done_at: Mapped[datetime | None]
+
+
+class Topic(Base):
+    """Something subscribers follow, so that one send reaches all of them."""
+
+    __tablename__ = "topics"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class TopicMember(Base):
+    """A subscriber of a topic. Both sides cascade: a deleted topic or an erased subscriber
+    leaves no membership behind."""
+
+    __tablename__ = "topic_members"
+    __table_args__ = (
+        ForeignKeyConstraint(["project_id", "topic_key"], ["topics.project_id", "topics.key"], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["project_id", "subscriber_id"], ["subscribers.project_id", "subscribers.external_id"], ondelete="CASCADE"
+        ),
+        # A subscriber's topics, and the erasure's cascade, without a scan.
+        Index("ix_topic_members_subscriber", "project_id", "subscriber_id"),
+    )
+
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    topic_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    subscriber_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     created_at: Mapped[datetime] = _now()
 
 

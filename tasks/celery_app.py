@@ -20,7 +20,18 @@ from app.delivery import broker
 from app.delivery.broker import celery_app
 from app.delivery.queues import BEAT_QUEUE
 from app.observability import logs  # noqa: F401 - connects the signal handlers that carry the request id
-from tasks import backlog, deliver, maintenance, prepare, reports, resend, retention, rollup, webhooks  # noqa: F401 - registers them
+from tasks import (  # noqa: F401 - registers them
+    backlog,
+    deliver,
+    fanout,
+    maintenance,
+    prepare,
+    reports,
+    resend,
+    retention,
+    rollup,
+    webhooks,
+)
 
 __all__ = ["BEAT_TASKS", "celery_app", "configure"]
 

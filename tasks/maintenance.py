@@ -97,6 +97,7 @@ def sweep() -> dict[str, int]:
     dead = silent_workers(config, client)
     with session_scope(config.database_url) as session:
         stalled = redispatch_stalled(session, stalled_for(config, dead))
+        fanouts = redispatch_stalled_fanouts(session, config.stalled_after)
         abandoned = settle_abandoned(session, config, [d.worker for d in dead])
         prune_receipts(session)
     if len(abandoned) < BATCH:  # else the dead may hold more claims, for the next sweep
@@ -111,7 +112,7 @@ def sweep() -> dict[str, int]:
         increment(client, "sweeper_recovered", count, outcome=outcome)
     if any(counts.values()) or dead:
         logger.warning("sweep: %s; silent workers: %s", counts, [d.worker for d in dead])
-    return {**counts, "silent_workers": len(dead)}
+    return {**counts, "silent_workers": len(dead), "fanouts": len(fanouts)}
 
 
 def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Silent]:
@@ -153,6 +154,26 @@ def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
     ).all()
     enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
     enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
+    return stalled
+
+
+def redispatch_stalled_fanouts(session: Session, seconds: float) -> Sequence[Row]:
+    """Topic sends whose fan-out made no progress for `seconds` (its task was lost) → its next task."""
+    stalled = session.execute(
+        text(
+            """
+            UPDATE batches SET fanout_at = now()
+            WHERE id IN (SELECT id FROM batches
+                         WHERE topic IS NOT NULL AND fanout_done_at IS NULL
+                           AND fanout_at < now() - make_interval(secs => :stalled)
+                         LIMIT :batch FOR UPDATE SKIP LOCKED)
+            RETURNING id::text, priority
+            """
+        ),
+        {"batch": BATCH, "stalled": seconds},
+    ).all()
+    for row in stalled:
+        enqueue_after_commit(session, dispatch.fan_out(row.id, row.priority))
     return stalled
 
 

@@ -36,6 +36,7 @@ def create_app(settings: Settings) -> Flask:
         subscribers,
         suppressions,
         templates,
+        topics,
         url_checks,
         webhooks,
     )
@@ -71,6 +72,7 @@ def create_app(settings: Settings) -> Flask:
         subscribers.blp,
         suppressions.blp,
         templates.blp,
+        topics.blp,
         events.blp,
         webhooks.blp,
         inbox.blp,

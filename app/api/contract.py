@@ -23,6 +23,7 @@ from marshmallow import Schema
 from app.api import examples
 from app.api.limits import RATE_LIMIT_HEADERS, RETRY_AFTER
 from app.config import Settings
+from app.schemas.batches import BatchRecipientSchema, TopicAudienceSchema
 
 PROJECT_KEY = "projectKey"
 ADMIN_KEY = "adminKey"
@@ -78,7 +79,7 @@ TAGS = [
         "description": "Send one notification or one to many, follow it, cancel it (README: A walk "
         "through the API; Email extras; Limits; Simulated recipients).",
     },
-    {"name": AUDIENCE, "description": "Subscribers and their preferences, suppressions, templates (README: Audience)."},
+    {"name": AUDIENCE, "description": "Subscribers, topics, preferences, suppressions, templates (README: Audience)."},
     {
         "name": EVENTS,
         "description": "The delivery log, live streams, outbound webhooks, the in-app inbox, tracking "
@@ -143,6 +144,9 @@ def register(spec: APISpec) -> None:
         spec.components.security_scheme(name, {"type": "http", "scheme": "bearer", "description": description})
     for status in ERRORS:
         spec.components.response(error_component(status), error_answer(status))
+    # The two forms of a batch's `recipients`, which its schema's `oneOf` names (app/schemas/batches.py).
+    spec.components.schema("BatchRecipient", schema=BatchRecipientSchema)
+    spec.components.schema("TopicAudience", schema=TopicAudienceSchema)
 
 
 def error_answer(status: int, description: str | None = None) -> dict[str, Any]:

@@ -387,6 +387,25 @@ EXAMPLES: dict[str, Any] = {
             {"external_id": "u44", "email": "not-an-address"},
         ]
     },
+    "Topic": {"description": "Everything said on Project Apollo's board.", "name": "Project Apollo"},
+    "TopicOut": {
+        "created_at": "2030-01-02T09:30:04.000000+00:00",
+        "description": "Everything said on Project Apollo's board.",
+        "key": "project-apollo",
+        "name": "Project Apollo",
+        "subscribers": 2,
+        "updated_at": "2030-01-02T09:30:04.000000+00:00",
+    },
+    "TopicMembers": {"subscriber_ids": ["u42", "u43"]},
+    "MembersAdded": {"added": 2},
+    "MembersRemoved": {"removed": 1},
+    "TopicMemberPage": {
+        "items": [
+            {"added_at": "2030-01-02T09:30:04.000000+00:00", "subscriber_id": "u42"},
+            {"added_at": "2030-01-02T09:30:04.000000+00:00", "subscriber_id": "u43"},
+        ],
+        "next_cursor": None,
+    },
     "SubscriberOut": {
         "created_at": "2030-01-02T09:30:04.000000+00:00",
         "data": {"name": "Ada", "plan": "pro"},
@@ -396,6 +415,18 @@ EXAMPLES: dict[str, Any] = {
         "phone": "+14155550100",
         "push_tokens": [],
         "timezone": "Europe/London",
+        "updated_at": "2030-01-02T09:30:04.000000+00:00",
+    },
+    "SubscriberProfile": {
+        "created_at": "2030-01-02T09:30:04.000000+00:00",
+        "data": {"name": "Ada", "plan": "pro"},
+        "email": "ada@example.com",
+        "external_id": "u42",
+        "locale": "en-GB",
+        "phone": "+14155550100",
+        "push_tokens": [],
+        "timezone": "Europe/London",
+        "topics": ["project-apollo", "weekly-digest"],
         "updated_at": "2030-01-02T09:30:04.000000+00:00",
     },
     "SubscriberPage": {

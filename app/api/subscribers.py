@@ -19,6 +19,7 @@ from app.schemas.audience import (
     SubscriberImportSchema,
     SubscriberOutSchema,
     SubscriberPageSchema,
+    SubscriberProfileSchema,
     SubscriberSchema,
 )
 from app.schemas.events import SubscriberTokenRequestSchema, SubscriberTokenSchema
@@ -45,13 +46,13 @@ def put_subscriber(profile: dict[str, Any], external_id: str):
 
 
 @blp.route("/subscribers/<external_id>", methods=["GET"])
-@blp.response(200, SubscriberOutSchema)
+@blp.response(200, SubscriberProfileSchema)
 def get_subscriber(external_id: str):
     """Get a subscriber.
 
-    The subscriber's profile: addresses, push tokens, locale, time zone and data.
+    The subscriber's profile: addresses, push tokens, locale, time zone and data, and the topics it follows.
     """
-    return subscribers.get(context().db, g.caller.project_id, external_id)
+    return subscribers.profile(context().db, g.caller.project_id, external_id)
 
 
 @blp.route("/subscribers/<external_id>", methods=["DELETE"])

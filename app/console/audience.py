@@ -37,6 +37,7 @@ def subscriber_page(project_id: str, external_id: str):
     return render_template(
         "console/subscriber.html",
         subscriber=subscriber,
+        topics=subscribers.profile(db, project_id, external_id)["topics"],
         preferences=json.dumps(subscriber.preferences, indent=2, ensure_ascii=False),
         suppressed=suppressions.of_subscriber(db, project_id, subscriber),
     )

@@ -36,6 +36,11 @@ def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str |
     return [celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in chunks]
 
 
+def fan_out(batch_id: str, priority: str) -> Signature:
+    """The next link of a topic send's fan-out (tasks/fanout.py), beside its messages' prepare tasks."""
+    return celery_app.signature("tidings.fan_out", args=(batch_id,), queue=prepare_queue(priority))
+
+
 def deliver(
     provider: str,
     priority: str,

@@ -109,6 +109,13 @@ class SubscriberOutSchema(Schema):
     updated_at = fields.DateTime()
 
 
+class SubscriberProfileSchema(SubscriberOutSchema):
+    topics = fields.List(
+        fields.String(),
+        metadata={"description": "Keys of the topics the subscriber follows, in order (at most 1,000)."},
+    )
+
+
 class ImportResultSchema(Schema):
     created = fields.Integer()
     updated = fields.Integer()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, fields
 
 from app.enums import Priority
 from app.schemas.core import MessageFieldsSchema, RecipientSchema
+from app.schemas.topics import TOPIC_KEY
 
 MAX_RECIPIENTS = 10_000
 
@@ -18,26 +19,56 @@ class BatchRecipientSchema(RecipientSchema):
     data = fields.Dict(keys=fields.String())
 
 
-class RecipientRows(fields.List):
-    """The recipient rows as given, checked one by one by `app.services.batches.check_recipients`.
+class TopicAudienceSchema(Schema):
+    """A send to everyone who follows a topic when it is sent."""
 
-    A bad row must not fail the whole batch but be answered by its index, and a schema load
-    per row costs several times the hand-written check at 10,000 rows; so the list is only
-    checked for its type here. The inner schema documents a row in the OpenAPI spec.
+    topic = fields.String(required=True, validate=TOPIC_KEY, metadata={"description": "The topic's key."})
+
+
+class Audience(fields.Field):
+    """The recipient rows as given, or a topic.
+
+    Rows are checked one by one by `app.services.batches.check_recipients`: a bad row must
+    not fail the whole batch but be answered by its index, and a schema load per row costs
+    several times the hand-written check at 10,000 rows; so a list is only checked for its
+    type and length here. A topic is a whole audience, checked here, and has no cap.
     """
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[Any]:
+    default_error_messages = {
+        "invalid": 'Give a list of recipients or {{"topic": key}}.',  # braces doubled: the message is formatted
+        "length": "Give 1 to 10,000 recipients.",
+    }
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[Any] | dict[str, str]:
+        if isinstance(value, dict):
+            return TopicAudienceSchema().load(value)
         if not isinstance(value, list):
             raise self.make_error("invalid")
+        if not 1 <= len(value) <= MAX_RECIPIENTS:
+            raise self.make_error("length")
         return value
+
+
+# How the spec shows `recipients`: either form, each as its schema (registered by app/api/contract.py).
+AUDIENCE_FORMS = [
+    {
+        "type": "array",
+        "items": {"$ref": "#/components/schemas/BatchRecipient"},
+        "minItems": 1,
+        "maxItems": MAX_RECIPIENTS,
+    },
+    {"$ref": "#/components/schemas/TopicAudience"},
+]
 
 
 class BatchSendSchema(MessageFieldsSchema):
     priority = fields.Enum(Priority, by_value=True, load_default=Priority.BULK)
-    recipients = RecipientRows(
-        fields.Nested(BatchRecipientSchema),
+    recipients = Audience(
         required=True,
-        validate=validate.Length(1, MAX_RECIPIENTS, error="Give 1 to 10,000 recipients."),
+        metadata={
+            "oneOf": AUDIENCE_FORMS,
+            "description": "1 to 10,000 recipient rows, or a topic: every subscriber following it when it is sent.",
+        },
     )
 
 

@@ -27,7 +27,7 @@ from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
 from app.schemas.batches import MAX_RECIPIENTS, BatchRecipientSchema
 from app.schemas.core import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
-from app.services import email_extras, intake
+from app.services import email_extras, intake, topics
 from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
 
 # The single send's checks of each address kind (and of a row's data), called field by
@@ -106,6 +106,8 @@ def send_batch(
     """
     channel: Channel = data["channel"]
     check_channel_enabled(caller, channel)
+    if isinstance(data["recipients"], dict):
+        return _send_to_topic(db, caller, data, raw_body, idempotency_key)
     check_copies_fit(data)
     recipients, rejected = check_recipients(channel, data["recipients"])
     if not recipients:
@@ -129,6 +131,37 @@ def send_batch(
             for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
                 enqueue_after_commit(session, signature)
     return Accepted(body, replayed=False, headers=limits)
+
+
+def _send_to_topic(
+    db: sessionmaker[Session], caller: Caller, data: dict[str, Any], raw_body: Any, idempotency_key: str | None
+) -> Accepted:
+    """Record the batch of a send to a topic and, once committed, start its fan-out.
+
+    The API writes no message: tasks/fanout.py writes them from the membership a chunk at a
+    time, however many members there are. What the topic's members are now is what the
+    limits are asked for, and what `accepted` says; the batch's Idempotency-Key guards the
+    whole fan-out, as the fan-out belongs to the one batch row.
+    """
+    topic = data["recipients"]["topic"]
+    if data.get("cc") or data.get("bcc"):
+        abort(422, "Invalid request.", errors={"json": {"recipients": [COPIES_NEED_A_LIST]}})
+    batch_id = uuid.uuid4()
+    with db.begin() as session:
+        if not topics.exists(session, caller.project_id, topic):
+            abort(422, "Invalid request.", errors={"json": {"recipients": {"topic": [f"No topic {topic!r}."]}}})
+        members = topics.member_count(session, caller.project_id, topic)
+        body: dict[str, Any] = {"batch_id": str(batch_id), "accepted": members, "rejected": []}
+        common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
+        fanout = intake.topic_columns(session, caller.project_id, common)
+        if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key, topic, fanout):
+            return _replay(session, caller, idempotency_key, raw_body)
+        limits = admission.admit(session, caller, data["channel"], members)
+        enqueue_after_commit(session, dispatch.fan_out(str(batch_id), common.priority))
+    return Accepted(body, replayed=False, headers=limits)
+
+
+COPIES_NEED_A_LIST = "cc and bcc go with a list of recipients, not a topic."
 
 
 def check_copies_fit(data: dict[str, Any]) -> None:
@@ -159,8 +192,11 @@ def _insert_batch(
     body: dict[str, Any],
     raw_body: Any,
     idempotency_key: str | None,
+    topic: str | None = None,
+    fanout: dict[str, Any] | None = None,
 ) -> bool:
-    """Insert the batch row; False when its Idempotency-Key was used before.
+    """Insert the batch row; False when its Idempotency-Key was used before. A send to a
+    topic names it, with what its messages share (`fanout`), for its fan-out to read.
 
     Of two concurrent requests with one key, the second waits on the first's row and then
     finds it: the unique constraint decides, not a read before the write. The project's test
@@ -183,6 +219,9 @@ def _insert_batch(
             idempotency_key=idempotency_key,
             request_hash=request_fingerprint(raw_body) if idempotency_key else None,
             response=body if idempotency_key else None,
+            topic=topic,
+            fanout=fanout,
+            fanout_at=func.now() if topic else None,
         )
         .on_conflict_do_nothing(constraint="uq_batches_project_test_idempotency_key")
         .returning(Batch.id)

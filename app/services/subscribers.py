@@ -18,6 +18,7 @@ from app.errors import abort
 from app.models import Subscriber
 from app.pagination import decode_cursor, page
 from app.schemas.audience import SubscriberImportRowSchema
+from app.services import topics
 
 PROFILE = ("email", "phone", "push_tokens", "locale", "timezone", "data")
 
@@ -92,7 +93,20 @@ def import_many(db: sessionmaker[Session], project_id: str, raw_rows: Sequence[A
 
 def get(db: sessionmaker[Session], project_id: str, external_id: str) -> Subscriber:
     with db() as session:
-        subscriber = session.get(Subscriber, (project_id, external_id))
+        return _find(session, project_id, external_id)
+
+
+def profile(db: sessionmaker[Session], project_id: str, external_id: str) -> dict[str, Any]:
+    """The subscriber as the API shows it: its profile, and the keys of the topics it follows."""
+    with db() as session:
+        subscriber = _find(session, project_id, external_id)
+        followed = topics.of_subscriber(session, project_id, external_id)
+    shown = ("external_id", *PROFILE, "created_at", "updated_at")
+    return {**{column: getattr(subscriber, column) for column in shown}, "topics": followed}
+
+
+def _find(session: Session, project_id: str, external_id: str) -> Subscriber:
+    subscriber = session.get(Subscriber, (project_id, external_id))
     if subscriber is None:
         abort(404, f"No subscriber {external_id!r}.")
     return subscriber

@@ -19,7 +19,7 @@ from tests.waiting import wait_until
 CONTENT = {"subject": "News", "text": "Issue 12"}
 
 
-def batch(recipients: list[Any], **fields: Any) -> dict[str, Any]:
+def batch(recipients: Any, **fields: Any) -> dict[str, Any]:
     """A valid email batch body to `recipients`."""
     return {"channel": "email", "content": CONTENT, "recipients": recipients, **fields}
 
@@ -166,7 +166,13 @@ def test_a_batch_without_a_valid_recipient_is_422_and_writes_nothing(project, en
             {"channel": ["Must be one of: email, sms, push, webhook, in_app."]},
         ),
         (batch([]), {"recipients": ["Give 1 to 10,000 recipients."]}),
-        (batch({"email": "a@example.com"}), {"recipients": ["Not a valid list."]}),
+        (
+            batch({"email": "a@example.com"}),
+            {"recipients": {"email": ["Unknown field."], "topic": ["Missing data for required field."]}},
+        ),
+        (batch("everyone"), {"recipients": ['Give a list of recipients or {"topic": key}.']}),
+        (batch({"topic": "no spaces"}), {"recipients": {"topic": ["Use 1 to 128 of A-Z, a-z, 0-9, _ . and -."]}}),
+        (batch({"topic": "nobody-follows"}), {"recipients": {"topic": ["No topic 'nobody-follows'."]}}),
         ({"channel": "email", "content": CONTENT}, {"recipients": ["Missing data for required field."]}),
         (
             batch([{"email": "a@example.com"}], priority="urgent"),

@@ -19,10 +19,12 @@ def later() -> str:
     return (datetime.now(UTC) + timedelta(hours=1)).isoformat()
 
 
-def test_a_subscribers_profile_preferences_and_suppressions(client, project):
+def test_a_subscribers_profile_topics_preferences_and_suppressions(client, project):
     profile = {"email": "Ada@Example.com", "phone": "+447700900123", "data": {"note": SCRIPT}}
     assert project.call("PUT", "/v1/subscribers/ada", profile).status_code == 201
     project.call("POST", "/v1/suppressions", {"channel": "email", "address": "ada@example.com"})
+    project.call("PUT", "/v1/topics/apollo-board", {"name": "Apollo"})
+    project.call("POST", "/v1/topics/apollo-board/subscribers", {"subscriber_ids": ["ada"]})
     sign_in(client, project.live_key)
     listed = client.get("/console/subscribers").get_data(as_text=True)
     assert 'href="/console/subscribers/ada"' in listed
@@ -33,6 +35,7 @@ def test_a_subscribers_profile_preferences_and_suppressions(client, project):
     page = client.get("/console/subscribers/ada").get_data(as_text=True)
     assert SCRIPT not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "email ada@example.com: manual" in page
+    assert re.findall(r'<ul id="topics">\s*<li>([^<]+)</li>', page) == ["apollo-board"]
     switches = {"channels": {"sms": False}, "categories": {}, "quiet_hours": None}
     saved = client.post(
         "/console/subscribers/ada/preferences", data={"csrf_token": token(client), "preferences": json.dumps(switches)}
