@@ -21,6 +21,7 @@ def test_every_task_has_an_explicit_readable_name():
     assert ours == {
         "tidings.prepare",
         "tidings.prepare_next",
+        "tidings.fan_out",
         "tidings.deliver",
         "tidings.deliver_next",
         "tidings.deliver_waiting",
