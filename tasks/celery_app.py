@@ -60,7 +60,10 @@ def configure(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         # Ctrl-C twice (cold shutdown) still gives running batches this long to finish.
         worker_soft_shutdown_timeout=30,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A task running when the broker goes finishes its provider call and writes its
+        # outcomes; cancelled, a prefork child died mid-call and left its batch `unknown`
+        # although the provider took it (tests/faults/test_broker_loss.py).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         # Reconnect for as long as the broker is gone: Celery's default gives up after 100
         # attempts (about 47 minutes, at most 30 s apart) and the worker exits.
         broker_connection_max_retries=None,

@@ -2,7 +2,8 @@
 
 Without DATABASE_URL / REDIS_URL it starts embedded servers with their data under the var
 directory, so a first run needs nothing but Python; with them set it uses those servers.
-Ctrl-C (or SIGTERM) stops every child and the embedded servers, leaving nothing behind.
+A child that dies is started again, with a backoff (`_supervise`). Ctrl-C (or SIGTERM)
+stops every child and the embedded servers, leaving nothing behind.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,7 @@ def run(env: dict[str, str]) -> int:
             return 1
         _print_banner(url, settings, demo_key)
         children.append(_spawn("flower", env))
-        return _supervise(children)
+        return _supervise(children, env)
     finally:
         _stop(children)
         if embedded_redis is not None:
@@ -162,8 +164,29 @@ Press Ctrl-C to stop everything.
     )
 
 
-def _supervise(children: list[subprocess.Popen]) -> int:
-    """Wait until a child dies or we are told to stop; either way everything stops."""
+# A child that dies is started again after a wait that doubles with each death in a row,
+# from the first to the most; one that stayed up STABLE_SECONDS starts from the first again.
+FIRST_RESTART_WAIT = 1.0
+MOST_RESTART_WAIT = 30.0
+STABLE_SECONDS = 60.0
+
+
+@dataclass
+class _Restarts:
+    """One role's deaths in a row, when its current process started, and when it is due again."""
+
+    in_a_row: int = 0
+    started: float = field(default_factory=time.monotonic)
+    due: float | None = None
+
+
+def _supervise(children: list[subprocess.Popen], env: dict[str, str]) -> int:
+    """Start a child that dies again, after its backoff, until we are told to stop.
+
+    A worker that exits (a broker lost for longer than it retries, an out-of-memory kill)
+    must not leave `make run` up but delivering nothing; a child that dies at once again
+    and again is retried at most every MOST_RESTART_WAIT seconds, and says so each time.
+    """
     stop_requested = False
 
     def request_stop(*_: Any) -> None:
@@ -172,11 +195,28 @@ def _supervise(children: list[subprocess.Popen]) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    restarts = {child.args[-1]: _Restarts() for child in children}
     while not stop_requested:
-        for child in children:
-            if child.poll() is not None:
-                print(f"tidings: {child.args[-1]} exited with {child.returncode}; stopping", file=sys.stderr)
-                return 1
+        now = time.monotonic()
+        for index, child in enumerate(children):
+            role = child.args[-1]
+            state = restarts[role]
+            if child.poll() is None:
+                continue
+            if state.due is None:
+                state.in_a_row = 1 if now - state.started >= STABLE_SECONDS else state.in_a_row + 1
+                wait = min(FIRST_RESTART_WAIT * 2 ** (state.in_a_row - 1), MOST_RESTART_WAIT)
+                state.due = now + wait
+                print(
+                    f"tidings: {role} exited with {child.returncode}; restarting it in {wait:g} s "
+                    f"({state.in_a_row} in a row)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            elif now >= state.due:
+                children[index] = _spawn(role, env)
+                restarts[role] = _Restarts(in_a_row=state.in_a_row)
+                print(f"tidings: {role} restarted (pid {children[index].pid})", file=sys.stderr, flush=True)
         time.sleep(0.2)
     return 0
 

@@ -33,7 +33,19 @@ def wait_for_line(process: subprocess.Popen, pattern: str, timeout: float) -> re
     raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(seen[-40:])}")
 
 
-def test_dev_runs_the_whole_stack_and_stops_cleanly(tmp_path: Path):
+def restart_the_worker(process: subprocess.Popen) -> list[psutil.Process]:
+    """SIGKILL dev's worker child; dev must say so, start another, and name its pid. The
+    processes under dev afterwards."""
+    workers = [c for c in psutil.Process(process.pid).children() if c.cmdline()[-1:] == ["worker"]]
+    assert len(workers) == 1, [c.cmdline() for c in psutil.Process(process.pid).children()]
+    workers[0].kill()
+    wait_for_line(process, r"tidings: worker exited with -9; restarting it in 1 s \(1 in a row\)", 10)
+    new_pid = int(wait_for_line(process, r"tidings: worker restarted \(pid (\d+)\)", 10).group(1))
+    assert new_pid != workers[0].pid and psutil.Process(new_pid).cmdline()[-1] == "worker"
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def test_dev_runs_the_whole_stack_restarts_a_dead_worker_and_stops_cleanly(tmp_path: Path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
     env.update(
@@ -72,6 +84,14 @@ def test_dev_runs_the_whole_stack_and_stops_cleanly(tmp_path: Path):
             status := requests.get(f"{url}/v1/messages/{sent.json()['id']}", headers=headers, timeout=5).json()[
                 "status"
             ]
+        ) != "sent" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status == "sent"
+        children = restart_the_worker(process)
+        again = requests.post(f"{url}/v1/messages", json=body, headers=headers, timeout=10).json()["id"]
+        deadline = time.monotonic() + 60
+        while (
+            status := requests.get(f"{url}/v1/messages/{again}", headers=headers, timeout=5).json()["status"]
         ) != "sent" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert status == "sent"
