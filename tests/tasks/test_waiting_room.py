@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pytest
 
 from app.delivery.queues import deliver_queue
 from app.delivery.waiting_room import waiting_list
+from app.enums import Channel
 from providers.fake import FakeProvider
-from tests.conftest import ADMIN_KEY, bearer, email
+from tests.conftest import ADMIN_KEY, bearer, email, rerouted
+from tests.provider_server import json_response
 from tests.waiting import wait_until
 
 ADMIN = bearer(ADMIN_KEY)
+# Long enough for 150 sends through the test client to be made while the 429 lasts, on a busy box.
+RETRY_AFTER = 15
 
 
 @pytest.fixture(autouse=True)
@@ -52,3 +57,47 @@ def test_single_sends_that_waited_out_a_pause_leave_in_provider_sized_batches(cl
     ours = [request for request in requests_seen if set(request) & set(ids)]
     assert sorted(message_id for request in ours for message_id in request) == sorted(ids)  # each once
     assert len(ours) == math.ceil(len(ids) / FakeProvider.max_batch)
+
+
+@pytest.mark.usefixtures("worker")
+def test_single_sends_that_waited_out_a_429_leave_in_provider_sized_batches(
+    client, project, fake_provider, app, settings
+):
+    """The provider's own 429, not an operator, pauses it: the sends that came meanwhile
+    leave, once its Retry-After has passed, as few calls as the provider's batch allows.
+    Email goes to `fake` alone here: with a second provider in the chain, the 429 would
+    hand the messages over to it instead, as failover should."""
+    window_ends: list[float] = []
+    accepted: list[list[str]] = []
+    lock = threading.Lock()
+
+    def too_many_for_a_while(request):
+        with lock:
+            if not window_ends:
+                window_ends.append(time.monotonic() + RETRY_AFTER)
+            if time.monotonic() < window_ends[0]:
+                return json_response({"error": "slow down"}, status=429, headers={"Retry-After": str(RETRY_AFTER)})
+            accepted.append([m["id"] for m in request.get_json()["messages"]])
+        return None
+
+    fake_provider.override = too_many_for_a_while
+    with rerouted(settings, {Channel.EMAIL: ("fake",)}):
+        first = project.send(email(to="first@example.com")).get_json()["id"]
+        wait_until(lambda: window_ends, bool, 30, "the provider's first 429")
+        waited = [project.send(email(to=f"user{n}@example.com")).get_json()["id"] for n in range(150)]
+        redis = app.extensions["tidings"].redis
+        lane = waiting_list(deliver_queue("fake", "transactional"))
+        wait_until(
+            lambda: {i.decode() for i in redis.lrange(lane, 0, -1)} & set(waited),
+            lambda parked: parked == set(waited),
+            RETRY_AFTER,
+            "every send made during the 429 to wait in its lane's waiting room",
+            show=len,
+        )
+        for message_id in [first, *waited]:
+            project.wait_for(message_id, {"sent"}, timeout=RETRY_AFTER + 30)
+    ours = [request for request in accepted if set(request) & {first, *waited}]
+    assert sorted(message_id for request in ours for message_id in request) == sorted([first, *waited])  # each once
+    assert len([request for request in ours if set(request) & set(waited)]) == math.ceil(
+        len(waited) / FakeProvider.max_batch
+    )
