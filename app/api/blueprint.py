@@ -58,9 +58,11 @@ class Blueprint(flask_smorest.Blueprint):
         self._prepare_doc_cbks.append(self._document_contract)
 
     def route(self, rule: str, *, parameters: Any = None, tags: list[str] | None = None, **options: Any):
-        """As flask-smorest's, tagged with the blueprint's README section unless given, and
-        keeping the rule for the contract (whether there is an id in the path to be unknown) and
-        naming the operation after the view, which generated clients name their functions by."""
+        """As flask-smorest's, tagged with the blueprint's README section unless given, its path
+        parameters with examples, keeping the rule for the contract (whether there is an id in
+        the path to be unknown) and naming the operation after the view, which generated clients
+        name their functions by."""
+        parameters = [*(parameters or []), *contract.path_parameters(rule)]
         register = super().route(rule, parameters=parameters, tags=tags or [self.tag], **options)
 
         def decorator(view: Callable[..., Any]) -> Callable[..., Any]:

@@ -165,6 +165,14 @@ def error_answer(status: int, description: str | None = None) -> dict[str, Any]:
 
 
 PATH_PARAMETER = re.compile(r"<(?:[^:<>]+:)?[^<>]+>")
+PATH_PARAMETER_NAME = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+
+
+def path_parameters(rule: str) -> list[dict[str, Any]]:
+    """The path parameters of `rule` with their examples, for flask-smorest to merge into the
+    ones it reads from the rule (which carry their type)."""
+    names = [PATH_PARAMETER_NAME.fullmatch(found).group(1) for found in PATH_PARAMETER.findall(rule)]
+    return [{"in": "path", "name": name, "example": examples.PATH_PARAMETERS[name]} for name in names]
 
 
 def document(doc: dict[str, Any], info: Mapping[str, Any], access: Access, app: Flask) -> dict[str, Any]:

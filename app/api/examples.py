@@ -579,6 +579,26 @@ def name_of(schema: Schema | type[Schema]) -> str:
     return cls.__name__.removesuffix("Schema")
 
 
+# An example of each path parameter, by its name in the route (`<message_id>`).
+PATH_PARAMETERS: dict[str, str] = {
+    "address": "ada@example.com",
+    "batch_id": "c2a7e9d4-1f58-4b36-8e0a-7d3c5b9f2e14",
+    "channel": "email",
+    "delivery_id": "6a2f8c1d-4e9b-4b70-8d3a-2c5e7f9a1b36",
+    "endpoint_id": "9e4d2c1b-6a7f-4e83-b5d0-3f8a1c6e7b25",
+    "external_id": "u42",
+    "key": "welcome",
+    "key_id": "0f6c3e8a-2b9d-4c57-a1e4-6d7b8c9f0a12",
+    "message_id": "5b1f0e6c-8a43-4c2e-9f7d-2d6a8e1c4b90",
+    "name": "postmark",
+    "project_id": "acme",
+    "provider": "postmark",
+    "subscriber_id": "u42",
+    "token": "eyJwIjoiYWNtZSIsInMiOiJ1NDIiLCJjIjoxODkzNTc2NjA0LCJlIjoxODk0MTgxNDA0fQ.q3Vx1lJ0n8b1R2sT",
+    "topic_key": "project-apollo",
+}
+
+
 def of(schema: Schema | type[Schema]) -> Any:
     """The example of a schema (a list of one for `many=True`), or None when there is none."""
     example = EXAMPLES.get(name_of(schema))

@@ -138,6 +138,14 @@ def test_every_operation_has_examples_and_each_fits_its_schema(spec):
             assert problems == [], f"{label} {where}: {problems}"
 
 
+def test_every_path_parameter_is_documented_with_an_example(spec):
+    for path, item in spec["paths"].items():
+        documented = {p["name"]: p for p in item.get("parameters", []) if p["in"] == "path"}
+        assert set(documented) == set(re.findall(r"{([^}]+)}", path)), path
+        for name, parameter in documented.items():
+            assert isinstance(parameter.get("example"), str) and parameter["schema"]["type"] == "string", (path, name)
+
+
 def only_empty_success(spec: dict[str, Any], operation: dict[str, Any]) -> bool:
     """A 204, a redirect or a GIF has no body to give an example of."""
     successes = [resolve(spec, answer) for status, answer in operation["responses"].items() if status[0] in "23"]

@@ -70,7 +70,7 @@ def test_a_topic_is_created_then_updated_and_counts_its_subscribers(project):
             "PUT",
             "/v1/topics/no%20spaces",
             {"name": "x"},
-            {"path": {"key": ["Use 1 to 128 of A-Z, a-z, 0-9, _ . and -."]}},
+            {"path": {"topic_key": ["Use 1 to 128 of A-Z, a-z, 0-9, _ . and -."]}},
         ),
         ("PUT", "/v1/topics/apollo", {}, {"json": {"name": ["Missing data for required field."]}}),
         ("PUT", "/v1/topics/apollo", {"name": ""}, {"json": {"name": ["Length must be between 1 and 200."]}}),
