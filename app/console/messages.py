@@ -10,7 +10,7 @@ from flask import Response, abort, flash, redirect, render_template, request, ur
 
 from app.console.blueprint import blp, read_form
 from app.console.session import current_viewer, project_page, tidings
-from app.enums import Channel, MessageStatus
+from app.enums import REQUEUABLE_STATUSES, Channel, MessageStatus
 from app.errors import uuid_or_404
 from app.schemas.core import MessageQuerySchema
 from app.services import messages, operations, webhooks
@@ -66,7 +66,7 @@ def message_page(project_id: str, message_id: str):
         content=content,
         deliveries=deliveries,
         cancellable=message["status"] in {s.value for s in messages.CANCELLABLE},
-        requeueable=message["status"] == MessageStatus.DEAD.value and current_viewer().admin,
+        requeueable=message["status"] in REQUEUABLE_STATUSES and current_viewer().admin,
     )
 
 
@@ -92,16 +92,19 @@ def cancel_message(project_id: str, message_id: str):
 @blp.route("/messages/<message_id>/requeue", methods=["POST"])
 @project_page
 def requeue_message(project_id: str, message_id: str):
-    """A dead letter sent again, as the admin API's requeue does (admin only, as there)."""
-    requeue_dead(project_id, [message_id])
+    """A dead letter, or an `unknown` message, sent again, as the admin API's requeue does
+    (admin only, as there); the page warns that an `unknown` one may arrive twice."""
+    status = messages.get_message(tidings().db, project_id, message_id)["status"]
+    if status in REQUEUABLE_STATUSES:
+        requeue_dead(project_id, [message_id], MessageStatus(status))
     return redirect(url_for("console.message_page", message_id=message_id))
 
 
-def requeue_dead(project_id: str | None, ids: list[str] | None) -> int:
+def requeue_dead(project_id: str | None, ids: list[str] | None, status: MessageStatus = MessageStatus.DEAD) -> int:
     """Requeue through operations.requeue, by the console's admin; a project key gets a 403."""
     if not current_viewer().admin:
         abort(403, "Requeueing dead letters needs the admin key.")
-    criteria: dict[str, Any] = {"requested_by": "console"}
+    criteria: dict[str, Any] = {"requested_by": "console", "status": status.value}
     if project_id is not None:
         criteria["project"] = project_id
     if ids:

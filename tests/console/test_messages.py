@@ -104,6 +104,20 @@ def test_only_the_admin_requeues_and_a_dead_letter_goes_again(client, project, e
     assert message["attempts"] == 0 and "requeued" in [e["type"] for e in message["events"]]
 
 
+def test_the_admin_requeues_an_unknown_message_warned_that_it_may_arrive_twice(client, project, engine):
+    message_id = project.send(email(scheduled_at=later())).get_json()["id"]
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE messages SET status = 'unknown' WHERE id = :id"), {"id": message_id})
+    sign_in(client, ADMIN_KEY)
+    admin_token = token_of(client, "/console/operations")
+    client.post("/console/projects", data={"project": project.id, "csrf_token": admin_token})
+    page = client.get(f"/console/messages/{message_id}").get_data(as_text=True)
+    assert "/requeue" in page and "it may arrive twice" in page
+    assert client.post(f"/console/messages/{message_id}/requeue", data={"csrf_token": admin_token}).status_code == 302
+    requeued = [e for e in project.get(message_id).get_json()["events"] if e["type"] == "requeued"]
+    assert len(requeued) == 1 and requeued[0]["data"]["warning"]
+
+
 def token_of(client, path: str) -> str:
     return csrf_of(client.get(path))
 
