@@ -8,13 +8,16 @@ own folder (pytest's tmp_path, printed) for a person to look at.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.api.preference_pages import audience, link
+from tests.api.test_preference_page_flow import AT_ANY_HOUR, TEMPLATE, rendered_text, send
 from tests.browser import chromium, loopback_only, needs_chromium
 
 pytestmark = needs_chromium
@@ -136,3 +139,26 @@ def test_the_page_fits_a_phone_without_sideways_scrolling(client, live_api, offl
     assert button["width"] > main["width"] * 0.8
     assert elsewhere == []
     print(f"screenshots in {tmp_path}")
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_category_turned_off_in_the_browser_skips_the_next_message_of_it(client, engine, live_api, offline, tmp_path):
+    """The whole path a recipient takes: the link in a message they got, the page in a
+    browser, a switch turned off, and the next message of that category skipped."""
+    context, elsewhere = offline
+    project = audience(client, AT_ANY_HOUR)
+    assert project.call("POST", "/v1/templates", TEMPLATE).status_code == 201
+    first = send(project, "news")
+    assert project.wait_for(first)["status"] == "sent"
+    url = re.search(r"https?://\S+/p/[A-Za-z0-9_.-]+", rendered_text(engine, first))
+    assert url is not None
+    page = context.new_page()
+    page.goto(live_api + urlsplit(url.group()).path)
+    page.get_by_role("group", name="Neuigkeiten").get_by_role("checkbox", name="Email").uncheck()
+    page.get_by_role("button", name="Save my choices").click()
+    expect(page.get_by_role("status")).to_have_text("Saved. Your choices apply to the next messages.")
+    page.screenshot(path=tmp_path / "preference-page-from-a-message.png", full_page=True)
+    skipped = project.wait_for(send(project, "news"))
+    assert skipped["status"] == "skipped"
+    assert skipped["events"][-1]["data"] == {"reason": "preference", "preference": "categories.news.email"}
+    assert elsewhere == []

@@ -20,6 +20,7 @@ from app.delivery.queues import deliver_queue
 from app.delivery.waiting_room import waiting_list
 from tests.browser import chromium, loopback_only, needs_chromium
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
+from tests.console.test_audience import later
 from tests.waiting import wait_until
 
 pytestmark = needs_chromium
@@ -276,15 +277,36 @@ def test_another_projects_pages_stay_out_of_reach_in_the_browser(client, visit):
     assert project.call("PUT", "/v1/subscribers/ada", mine).status_code == 201
     made = other.call("POST", "/v1/templates", {"key": "secret-plan", "channel": "email", "subject": "S", "text": "T"})
     assert made.status_code == 201
+    suppressed = other.call("POST", "/v1/suppressions", {"channel": "email", "address": "theirs@example.com"})
+    assert suppressed.status_code == 201
+    hook = other.call("POST", "/v1/webhooks", {"url": "http://127.0.0.1:9/theirs-hook"})
+    assert hook.status_code == 201
+    batch = other.call(
+        "POST",
+        "/v1/messages/batch",
+        {
+            "channel": "email",
+            "content": {"subject": "S", "text": "T"},
+            "scheduled_at": later(),
+            "recipients": [{"email": "theirs@example.com"}],
+        },
+    )
+    assert batch.status_code == 202
     ours = visit()
     ours.sign_in(project.live_key)
     for path in ("/console/subscribers", "/console/templates", "/console/suppressions", "/console/webhooks"):
         ours.go(path)
         assert "theirs" not in ours.page.content() and "secret-plan" not in ours.page.content(), path
-    for path in ("/console/subscribers/theirs", "/console/templates/secret-plan"):
+        ours.shot(f"12-{path.rsplit('/', 1)[-1]}-without-another-projects")
+    for path in (
+        "/console/subscribers/theirs",
+        "/console/templates/secret-plan",
+        f"/console/webhooks/{hook.get_json()['id']}",
+        f"/console/batches/{batch.get_json()['batch_id']}",
+    ):
         ours.go(path)
         assert ours.page.inner_text("h1") == "404", path
-    ours.shot("12-another-projects-template-404")
+    ours.shot("12-another-projects-batch-404")
     ours.go("/console/operations")
     assert ours.page.inner_text("h1") == "403"
     ours.go("/console/subscribers?q=ADA@example.com")
