@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics load loadtest soak ramp bench-digest clean
+.PHONY: help install run test test-prefork fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ run: $(STAMP) ## The whole stack (embedded PostgreSQL and Redis unless DATABASE_
 
 test: $(STAMP) ## The test suite (uses DATABASE_URL / REDIS_URL when set, embedded servers otherwise)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-prefork: $(STAMP) ## The fault tests not already run under both pools, again with every worker on prefork (as docker/compose.yaml runs)
+	TIDINGS_FAULT_POOL=prefork $(BIN)/pytest tests/faults -k "not threads and not prefork" $(PYTEST_ARGS)
 
 fuzz: $(STAMP) ## Fuzz every API operation longer than the suite does (FUZZ_EXAMPLES per operation, 500)
 	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q --timeout=0 tests/api/test_fuzz.py

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine
 
-from tests.faults.stack import Stack, new_project
+from tests.faults.stack import POOLS, Stack, new_project
 from tests.provider_server import FakeProviderServer
 
 
@@ -23,9 +24,12 @@ def provider() -> Iterator[FakeProviderServer]:
 
 @pytest.fixture
 def pool() -> str:
-    """The workers' pool; a module runs its tests under both with
-    `pytestmark = pytest.mark.parametrize("pool", POOLS)`."""
-    return "threads"
+    """The workers' pool: threads, or TIDINGS_FAULT_POOL (`make test-prefork` runs every fault
+    test again under prefork); a module that runs its tests under both whatever the run says
+    has `pytest.mark.parametrize("pool", POOLS)`."""
+    chosen = os.environ.get("TIDINGS_FAULT_POOL", "threads")
+    assert chosen in POOLS, f"TIDINGS_FAULT_POOL={chosen!r}: one of {POOLS}"
+    return chosen
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import psutil
 import pytest
 from sqlalchemy import Engine, text
 from werkzeug import Request
@@ -144,20 +145,26 @@ def kill_mid_call(
     held_ids: Callable[[], list[str]],
     open_requests: Callable[[], int],
     release: Callable[[], None],
-) -> Injection:
+) -> tuple[Injection, set[int]]:
     """Beat and two workers drain `ids`; once the provider holds a call open, SIGKILL the
-    worker process whose claim it carries, then let the provider answer. The state then."""
+    worker whose claim it carries, then let the provider answer. The state then, and the
+    pids that died (the worker's, and its pool children's under prefork)."""
     stack.start_beat()
     for name in ("a", "b"):
         stack.start_worker(name, "--concurrency", "2")
     stack.publish_prepare(ids)
     try:
         injection = wait_mid_call(engine, ids, held_ids, open_requests)
-        [victim] = [n for n, p in stack.processes.items() if p.pid == pid_of(injection.killed)]
+        # The claim names the process that made the call: the worker itself under threads, a
+        # pool child under prefork, whose worker's whole process group goes.
+        claimant = pid_of(injection.killed)
+        [victim] = [n for n, p in stack.processes.items() if p.pid in (claimant, os.getpgid(claimant))]
+        worker = psutil.Process(stack.processes[victim].pid)
+        killed = {worker.pid, *(child.pid for child in worker.children(recursive=True))}
         stack.signal(victim, signal.SIGKILL)
     finally:
         release()
-    return injection
+    return injection, killed
 
 
 @pytest.mark.parametrize("deduplicating", [True, False], ids=["deduplicating", "not-deduplicating"])
@@ -168,7 +175,7 @@ def test_a_worker_killed_mid_call_is_settled_by_the_other_within_seconds(
     provider.override = held = HoldOne(HELD_REQUEST)
     stack = make_stack(FAKE_PROVIDER_IDEMPOTENT=str(deduplicating).lower(), **SLOW_BACKSTOPS)
     ids = insert_accepted(engine, fault_project, 600)
-    injection = kill_mid_call(stack, engine, ids, lambda: held.ids, lambda: held.open, held.release)
+    injection, killed = kill_mid_call(stack, engine, ids, lambda: held.ids, lambda: held.open, held.release)
     seen = wait_until_terminal(engine, ids, timeout=SETTLE_TIMEOUT)
     tally = assert_ledger_agrees(ids, seen, provider)
     tally.report(f"sigkill-mid-call-{'deduplicating' if deduplicating else 'not-deduplicating'}", injection.show())
@@ -179,7 +186,8 @@ def test_a_worker_killed_mid_call_is_settled_by_the_other_within_seconds(
     else:
         unknown = {i for i, status in seen.items() if status == "unknown"}
         assert set(held.ids) <= unknown
-        assert set(claimants(engine, unknown).values()) == {injection.killed}  # its claims, and no one else's
+        assert injection.killed in claimants(engine, unknown).values()
+        assert {pid_of(worker) for worker in claimants(engine, unknown).values()} <= killed  # no one else's
 
 
 def test_a_prefork_child_killed_mid_call_is_settled_while_its_worker_lives_on(
@@ -211,7 +219,7 @@ def test_a_prefork_child_killed_mid_call_is_settled_while_its_worker_lives_on(
 
 
 @pytest.fixture
-def resend_stack(tmp_path, server_urls, migrated) -> Iterator[tuple[Stack, ResendServer]]:
+def resend_stack(tmp_path, server_urls, migrated, pool) -> Iterator[tuple[Stack, ResendServer]]:
     """A stack whose email goes to Resend, a local server shaped like it (tests/providers/resend_server.py)."""
     server = ResendServer().start()
     (tmp_path / "resend").mkdir()
@@ -219,6 +227,7 @@ def resend_stack(tmp_path, server_urls, migrated) -> Iterator[tuple[Stack, Resen
         tmp_path / "resend",
         server_urls[0],
         None,
+        pool,
         EMAIL_PROVIDER="resend",
         RESEND_BASE_URL=server.url,
         RESEND_API_KEY="re_test_123",
@@ -238,7 +247,7 @@ def test_resend_claims_abandoned_mid_call_are_sent_again_as_the_same_calls_and_d
     stack, server = resend_stack
     server.hold = lambda number: number == HELD_REQUEST
     ids = insert_accepted(engine, fault_project, 600)
-    injection = kill_mid_call(stack, engine, ids, lambda: server.held_ids, lambda: server.open, server.release)
+    injection, _ = kill_mid_call(stack, engine, ids, lambda: server.held_ids, lambda: server.open, server.release)
     seen = wait_until_terminal(engine, ids, timeout=SETTLE_TIMEOUT)
     tally = assert_ledger_agrees(ids, seen, server)
     tally.report("sigkill-mid-call-resend", {**injection.show(), "calls answered from their key": server.replays})
