@@ -81,6 +81,11 @@ class EventType(StrEnum):
     PREFERENCES = "preferences"
     # One device of a push message to a subscriber, and where it stands (app/delivery/device_store.py).
     DEVICE = "device"
+    # A workflow run's steps and its end (app/workflows/): project-level events whose data names
+    # the run; a `send` step's event names the message it wrote.
+    WORKFLOW_STEP = "workflow.step"
+    WORKFLOW_COMPLETED = "workflow.completed"
+    WORKFLOW_CANCELLED = "workflow.cancelled"
 
 
 # Pipeline steps a customer never needs told: the 202 answer says accepted, and ready and
@@ -100,6 +105,18 @@ class DeviceStatus(StrEnum):
     FAILED = "failed"
     DEAD = "dead"  # still failing transiently when the message's attempts ran out
     SUPPRESSED = "suppressed"  # the token is on the project's suppression list
+
+
+class RunStatus(StrEnum):
+    """Where a workflow run stands: running until its last step, or ended early by a step or a cancel."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    THROTTLED = "throttled"
+    # Gathered into another run's digest, which goes on for it.
+    DIGESTED = "digested"
 
 
 class CircuitState(StrEnum):

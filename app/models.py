@@ -41,18 +41,19 @@ from app.enums import (
     KeyKind,
     MessageStatus,
     Priority,
+    RunStatus,
     SuppressionReason,
     WebhookDeliveryStatus,
 )
 
 
-def _enum(enum: type[StrEnum]) -> Enum:
+def _enum(enum: type[StrEnum], length: int = 16) -> Enum:
     """Store a StrEnum as its plain value in a varchar: no native type to migrate."""
     return Enum(
         enum,
         native_enum=False,
         create_constraint=False,
-        length=16,
+        length=length,
         values_callable=lambda members: [m.value for m in members],
     )
 
@@ -66,6 +67,8 @@ class Base(DeclarativeBase):
 
 
 EMPTY_JSON = text("'{}'::jsonb")
+# Room for the longest event type ("workflow.completed").
+EVENT_TYPE_LENGTH = 32
 
 
 def _now() -> Mapped[datetime]:
@@ -365,7 +368,7 @@ class Event(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     message_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
     project_id: Mapped[str] = mapped_column(String(64))
-    type: Mapped[EventType] = mapped_column(_enum(EventType))
+    type: Mapped[EventType] = mapped_column(_enum(EventType, EVENT_TYPE_LENGTH))
     at: Mapped[datetime] = _now()
     data: Mapped[dict[str, Any]] = mapped_column(server_default=EMPTY_JSON)
 
@@ -430,7 +433,7 @@ class Engagement(Base):
     __tablename__ = "message_engagements"
 
     message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True)
-    kind: Mapped[EventType] = mapped_column(_enum(EventType), primary_key=True)
+    kind: Mapped[EventType] = mapped_column(_enum(EventType, EVENT_TYPE_LENGTH), primary_key=True)
     # The clicked URL; empty for opens. Only URLs of at most 2,000 characters are tracked.
     link: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("''"))
     count: Mapped[int] = mapped_column(Integer, server_default=text("1"))
@@ -466,7 +469,7 @@ class WebhookEndpoint(Base):
     url: Mapped[str] = mapped_column(Text)
     description: Mapped[str | None] = mapped_column(String(200))
     # Event types to send; empty: every type.
-    event_types: Mapped[list[str]] = mapped_column(ARRAY(String(16)), server_default=text("'{}'"))
+    event_types: Mapped[list[str]] = mapped_column(ARRAY(String(EVENT_TYPE_LENGTH)), server_default=text("'{}'"))
     # True: the endpoint takes a JSON array of events per POST.
     batch: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     secret: Mapped[str] = mapped_column(Text)
@@ -591,3 +594,162 @@ class QuotaGeneration(Base):
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
     channel: Mapped[str] = mapped_column(String(16), primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger)
+
+
+class Workflow(Base):
+    """One immutable version of a workflow: its steps as saved and as the engine runs them.
+
+    A change makes a new row; a run names (key, version), so it keeps the steps it started with.
+    """
+
+    __tablename__ = "workflows"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # What the client PUT, given back as it was; `compiled` is what app/workflows/definition.py
+    # made of it: plain steps, the fallback short form spelled out, durations in seconds.
+    definition: Mapped[dict[str, Any]]
+    compiled: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now()
+
+
+class WorkflowTrigger(Base):
+    """One POST /v1/workflows/{key}/trigger: the runs it started, and its Idempotency-Key.
+
+    A trigger for a topic writes its runs a chunk of members at a time (tasks/workflows.py):
+    `fanout_after` is the last member written, `fanout_at` its last progress.
+    """
+
+    __tablename__ = "workflow_triggers"
+    __table_args__ = (
+        UniqueConstraint("project_id", "test", "idempotency_key", name="uq_workflow_triggers_idempotency_key"),
+        ForeignKeyConstraint(
+            ["project_id", "workflow_key", "workflow_version"],
+            ["workflows.project_id", "workflows.key", "workflows.version"],
+            ondelete="CASCADE",
+        ),
+        Index(
+            "ix_workflow_triggers_fanout_pending",
+            "fanout_at",
+            postgresql_where=text("topic IS NOT NULL AND fanout_done_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    workflow_key: Mapped[str] = mapped_column(String(128))
+    workflow_version: Mapped[int] = mapped_column(Integer)
+    test: Mapped[bool] = mapped_column(Boolean)
+    trigger_key: Mapped[str | None] = mapped_column(String(255))
+    data: Mapped[dict[str, Any]]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    response: Mapped[dict[str, Any] | None]
+    topic: Mapped[str | None] = mapped_column(String(128))
+    fanout_after: Mapped[str | None] = mapped_column(String(255))
+    fanout_at: Mapped[datetime | None]
+    fanout_done_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = _now()
+
+
+class WorkflowRun(Base):
+    """One recipient's way through one version of a workflow: the step it is at and its state.
+
+    The engine (app/workflows/engine.py) moves runs in sets, each change conditional on the
+    step the run is at, so a repeated task moves nothing twice. `due_at` is when the current
+    step may run (a delay's end, a digest's close); a run `parked` waits for beat to release
+    it, the others for a countdown task already sent.
+    """
+
+    __tablename__ = "workflow_runs"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["project_id", "workflow_key", "workflow_version"],
+            ["workflows.project_id", "workflows.key", "workflows.version"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["project_id", "subscriber_id"], ["subscribers.project_id", "subscribers.external_id"], ondelete="CASCADE"
+        ),
+        # Cancelling by trigger key, and throttle counts per subscriber.
+        Index("ix_workflow_runs_trigger_key", "project_id", "workflow_key", "trigger_key"),
+        Index("ix_workflow_runs_subscriber", "project_id", "workflow_key", "subscriber_id", "created_at"),
+        Index("ix_workflow_runs_trigger", "trigger_id"),
+        # Beat's two looks, each only at runs still running: parked ones come due, others stopped moving.
+        Index("ix_workflow_runs_parked", "due_at", postgresql_where=text("status = 'running' AND parked")),
+        Index("ix_workflow_runs_moving", "updated_at", postgresql_where=text("status = 'running' AND NOT parked")),
+        Index("ix_workflow_runs_digest", "digest_id", postgresql_where=text("digest_id IS NOT NULL")),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    workflow_key: Mapped[str] = mapped_column(String(128))
+    workflow_version: Mapped[int] = mapped_column(Integer)
+    trigger_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("workflow_triggers.id", ondelete="CASCADE"))
+    trigger_key: Mapped[str | None] = mapped_column(String(255))
+    subscriber_id: Mapped[str] = mapped_column(String(255))
+    test: Mapped[bool] = mapped_column(Boolean)
+    # The trigger's data, and for a run that gathered a digest, its `items` and `count` too.
+    data: Mapped[dict[str, Any]]
+    status: Mapped[RunStatus] = mapped_column(_enum(RunStatus), server_default=text("'running'"))
+    step: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    due_at: Mapped[datetime | None]
+    parked: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    digest_id: Mapped[uuid.UUID | None]
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    ended_at: Mapped[datetime | None]
+
+
+class WorkflowRunStep(Base):
+    """What one step did for one run: its outcome, and the message a `send` step wrote."""
+
+    __tablename__ = "workflow_run_steps"
+
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(32))
+    message_id: Mapped[uuid.UUID | None]
+    # A throttle's key, a digest's id and count, a branch's reading: what the outcome rests on.
+    detail: Mapped[dict[str, Any] | None]
+    at: Mapped[datetime] = _now()
+
+
+class WorkflowDigest(Base):
+    """The digest a `digest` step is gathering for one subscriber and digest key.
+
+    Open until `closes_at`; the first run to arrive leads it and, once it is flushed, goes on
+    with every gathered run's data. The partial unique index admits one open digest per
+    subscriber and key, so two triggers arriving together land in the same one.
+    """
+
+    __tablename__ = "workflow_digests"
+    __table_args__ = (
+        Index(
+            "uq_workflow_digests_open",
+            "project_id",
+            "workflow_key",
+            "step",
+            "subscriber_id",
+            "digest_key",
+            unique=True,
+            postgresql_where=text("flushed_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    workflow_key: Mapped[str] = mapped_column(String(128))
+    step: Mapped[int] = mapped_column(SmallInteger)
+    subscriber_id: Mapped[str] = mapped_column(String(255))
+    digest_key: Mapped[str] = mapped_column(String(255))
+    leader_id: Mapped[uuid.UUID]
+    closes_at: Mapped[datetime]
+    # A sliding window moves `closes_at` with each arrival, never past this.
+    latest_close_at: Mapped[datetime]
+    flushed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = _now()

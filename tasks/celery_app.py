@@ -31,6 +31,7 @@ from tasks import (  # noqa: F401 - registers them
     retention,
     rollup,
     webhooks,
+    workflows,
 )
 
 __all__ = ["BEAT_TASKS", "celery_app", "configure"]

@@ -25,6 +25,7 @@ from app.enums import EventType
 from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
+from tasks import workflows
 from tasks.heartbeat import current_worker
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ def release_due() -> dict[str, int]:
             {"batch": BATCH, "grace": RETRY_GRACE_SECONDS},
         ).all()
         enqueue_deliver(session, retries)
-    return {"scheduled": len(scheduled), "retries": len(retries)}
+        runs = workflows.release_parked(session)
+    return {"scheduled": len(scheduled), "retries": len(retries), "workflow_runs": runs}
 
 
 @celery_app.task(name="tidings.sweep")
@@ -98,6 +100,7 @@ def sweep() -> dict[str, int]:
     with session_scope(config.database_url) as session:
         stalled = redispatch_stalled(session, stalled_for(config, dead))
         fanouts = redispatch_stalled_fanouts(session, config.stalled_after)
+        runs = workflows.redispatch_stalled(session, config.stalled_after)
         abandoned = settle_abandoned(session, config, [d.worker for d in dead])
         prune_receipts(session)
     if len(abandoned) < BATCH:  # else the dead may hold more claims, for the next sweep
@@ -112,7 +115,7 @@ def sweep() -> dict[str, int]:
         increment(client, "sweeper_recovered", count, outcome=outcome)
     if any(counts.values()) or dead:
         logger.warning("sweep: %s; silent workers: %s", counts, [d.worker for d in dead])
-    return {**counts, "silent_workers": len(dead), "fanouts": len(fanouts)}
+    return {**counts, "silent_workers": len(dead), "fanouts": len(fanouts), "workflow_runs": runs}
 
 
 def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Silent]:
@@ -157,24 +160,33 @@ def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
     return stalled
 
 
-def redispatch_stalled_fanouts(session: Session, seconds: float) -> Sequence[Row]:
-    """Topic sends whose fan-out made no progress for `seconds` (its task was lost) → its next task."""
-    stalled = session.execute(
+def redispatch_stalled_fanouts(session: Session, seconds: float) -> list[Row]:
+    """Topic sends and topic triggers whose fan-out made no progress for `seconds` (its task
+    was lost) → their next task."""
+    batches = stalled_fanouts(session, "batches", seconds)
+    for row in batches:
+        enqueue_after_commit(session, dispatch.fan_out(str(row.id), row.priority))
+    triggers = stalled_fanouts(session, "workflow_triggers", seconds)
+    for row in triggers:
+        enqueue_after_commit(session, dispatch.workflow_fan_out(str(row.id)))
+    return [*batches, *triggers]
+
+
+def stalled_fanouts(session: Session, table: str, seconds: float) -> Sequence[Row]:
+    """The rows of `table` (batches, workflow_triggers) whose fan-out stalled, marked as moving again."""
+    return session.execute(
         text(
-            """
-            UPDATE batches SET fanout_at = now()
-            WHERE id IN (SELECT id FROM batches
+            f"""
+            UPDATE {table} SET fanout_at = now()
+            WHERE id IN (SELECT id FROM {table}
                          WHERE topic IS NOT NULL AND fanout_done_at IS NULL
                            AND fanout_at < now() - make_interval(secs => :stalled)
                          LIMIT :batch FOR UPDATE SKIP LOCKED)
-            RETURNING id::text, priority
+            RETURNING *
             """
         ),
         {"batch": BATCH, "stalled": seconds},
     ).all()
-    for row in stalled:
-        enqueue_after_commit(session, dispatch.fan_out(row.id, row.priority))
-    return stalled
 
 
 def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) -> Sequence[Row]:

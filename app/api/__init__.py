@@ -39,6 +39,7 @@ def create_app(settings: Settings) -> Flask:
         topics,
         url_checks,
         webhooks,
+        workflows,
     )
 
     broker.configure(settings)
@@ -73,6 +74,7 @@ def create_app(settings: Settings) -> Flask:
         suppressions.blp,
         templates.blp,
         topics.blp,
+        workflows.blp,
         events.blp,
         webhooks.blp,
         inbox.blp,

@@ -65,6 +65,7 @@ PUBLIC = Access()
 PROJECTS = "Projects and keys"
 MESSAGES = "Messages"
 AUDIENCE = "Audience"
+WORKFLOWS = "Workflows"
 EVENTS = "Events"
 STATUS_WEBHOOKS = "Status webhooks"
 OPERATIONS = "Operations"
@@ -80,6 +81,11 @@ TAGS = [
         "through the API; Email extras; Limits; Simulated recipients).",
     },
     {"name": AUDIENCE, "description": "Subscribers, topics, preferences, suppressions, templates (README: Audience)."},
+    {
+        "name": WORKFLOWS,
+        "description": "Steps around sends: channel fallback, delays, conditions, digests, throttles "
+        "(README: Workflows).",
+    },
     {
         "name": EVENTS,
         "description": "The delivery log, live streams, outbound webhooks, the in-app inbox, tracking "

@@ -10,6 +10,14 @@ from typing import Any
 
 from marshmallow import Schema
 
+# In-app first; an email if it was not read within ten minutes.
+WORKFLOW_STEPS = [
+    {"send": {"channel": "in_app", "template": "new-comment"}},
+    {"delay": {"for": "10m"}},
+    {"branch": {"unless": {"was": "read"}}},
+    {"send": {"channel": "email", "template": "new-comment-email"}},
+]
+
 EXAMPLES: dict[str, Any] = {
     "Accepted": {
         "created_at": "2030-01-02T09:30:04.000000+00:00",
@@ -569,6 +577,68 @@ EXAMPLES: dict[str, Any] = {
         ],
         "next_cursor": None,
     },
+    "Workflow": {"name": "Comment alerts", "steps": WORKFLOW_STEPS},
+    "WorkflowOut": {
+        "created_at": "2030-01-02T09:30:05.000000+00:00",
+        "key": "comment-alerts",
+        "name": "Comment alerts",
+        "steps": WORKFLOW_STEPS,
+        "version": 2,
+    },
+    "Trigger": {
+        "data": {"post": "Launch plan", "author": "Ada"},
+        "recipients": ["u42", "u43"],
+        "trigger_key": "post-17",
+    },
+    "TriggerAccepted": {"runs": 2, "trigger_id": "4c8e2a1f-9b3d-4e76-a5c0-1d7f3b9e2a48"},
+    "Cancel": {"trigger_key": "post-17", "recipients": ["u42"]},
+    "Cancelled": {"cancelled": 1},
+    "WorkflowRun": {
+        "created_at": "2030-01-02T09:30:05.000000+00:00",
+        "data": {"author": "Ada", "post": "Launch plan"},
+        "due_at": None,
+        "ended_at": "2030-01-02T09:40:06.000000+00:00",
+        "id": "0193f2a4-7c1e-7d3a-9b2f-5e8c1a4d6b70",
+        "reason": "a branch's condition did not hold",
+        "status": "completed",
+        "step": 2,
+        "steps": [
+            {
+                "at": "2030-01-02T09:30:05.000000+00:00",
+                "detail": {"channel": "in_app"},
+                "kind": "send",
+                "message_id": "5b1f0e6c-8a43-4c2e-9f7d-2d6a8e1c4b90",
+                "message_status": "sent",
+                "outcome": "sent",
+                "step": 0,
+            },
+            {
+                "at": "2030-01-02T09:30:05.000000+00:00",
+                "detail": {"until": "2030-01-02T09:40:05+00:00"},
+                "kind": "delay",
+                "message_id": None,
+                "message_status": None,
+                "outcome": "waited",
+                "step": 1,
+            },
+            {
+                "at": "2030-01-02T09:40:06.000000+00:00",
+                "detail": None,
+                "kind": "branch",
+                "message_id": None,
+                "message_status": None,
+                "outcome": "stopped",
+                "step": 2,
+            },
+        ],
+        "subscriber_id": "u42",
+        "test": False,
+        "trigger_id": "4c8e2a1f-9b3d-4e76-a5c0-1d7f3b9e2a48",
+        "trigger_key": "post-17",
+        "updated_at": "2030-01-02T09:40:06.000000+00:00",
+        "version": 2,
+        "workflow": "comment-alerts",
+    },
     "WebhookEndpointUpdate": {"event_types": ["delivered", "bounced", "complained"], "enabled": True},
 }
 
@@ -596,6 +666,8 @@ PATH_PARAMETERS: dict[str, str] = {
     "subscriber_id": "u42",
     "token": "eyJwIjoiYWNtZSIsInMiOiJ1NDIiLCJjIjoxODkzNTc2NjA0LCJlIjoxODk0MTgxNDA0fQ.q3Vx1lJ0n8b1R2sT",
     "topic_key": "project-apollo",
+    "run_id": "0193f2a4-7c1e-7d3a-9b2f-5e8c1a4d6b70",
+    "workflow_key": "comment-alerts",
 }
 
 

@@ -41,6 +41,27 @@ def fan_out(batch_id: str, priority: str) -> Signature:
     return celery_app.signature("tidings.fan_out", args=(batch_id,), queue=prepare_queue(priority))
 
 
+def workflow_steps(run_ids: Sequence[str], step: int, countdown: float = 0) -> list[Signature]:
+    """Tasks that carry workflow runs on from `step` (tasks/workflows.py), after `countdown` seconds.
+
+    On the transactional prepare lane: a workflow's steps are a few statements per set of
+    runs, and its messages then take the lane their send step asks for.
+    """
+    options = {"countdown": countdown} if countdown > 0 else {}
+    queue = prepare_queue(Priority.TRANSACTIONAL)
+    return [
+        celery_app.signature("tidings.workflow_step", args=(chunk, step), queue=queue, **options)
+        for chunk in _chunks(run_ids, CHUNK)
+    ]
+
+
+def workflow_fan_out(trigger_id: str) -> Signature:
+    """The next link of a workflow trigger's fan-out to a topic's members."""
+    return celery_app.signature(
+        "tidings.workflow_fan_out", args=(trigger_id,), queue=prepare_queue(Priority.TRANSACTIONAL)
+    )
+
+
 def deliver(
     provider: str,
     priority: str,

@@ -291,6 +291,6 @@ def test_the_sweeper_takes_up_a_fan_out_that_stopped(project, engine, migrated):
             {"a": stalled, "b": finished},
         )
     with session_scope(migrated.database_url) as session:
-        taken = [row.id for row in redispatch_stalled_fanouts(session, 60)]
+        taken = [str(row.id) for row in redispatch_stalled_fanouts(session, 60)]
     assert stalled in taken
     assert finished not in taken

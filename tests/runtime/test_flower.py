@@ -22,6 +22,8 @@ def test_every_task_has_an_explicit_readable_name():
         "tidings.prepare",
         "tidings.prepare_next",
         "tidings.fan_out",
+        "tidings.workflow_step",
+        "tidings.workflow_fan_out",
         "tidings.deliver",
         "tidings.deliver_next",
         "tidings.deliver_waiting",

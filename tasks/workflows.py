@@ -1,0 +1,103 @@
+"""Workflow tasks: carry runs through their steps, and write a topic trigger's runs.
+
+Each step task locks the runs it names and moves them as far as they go now
+(app/workflows/engine.py); what comes next (the messages' prepare tasks, a countdown to the
+end of a short delay) is published after the commit. Beat releases runs parked for longer
+waits and re-dispatches those that stopped moving (tasks/maintenance.py calls the two
+functions below), so a lost or repeated task message changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import Row, select, text
+from sqlalchemy.orm import Session
+
+from app.config import current_settings
+from app.db import enqueue_after_commit, session_scope
+from app.delivery import dispatch
+from app.delivery.broker import celery_app
+from app.models import WorkflowTrigger
+from app.workflows import engine, service
+
+# Members' runs written per fan-out task: a few thousand rows, well under a second.
+MEMBERS_PER_TASK = 5000
+# Runs released or re-dispatched per beat pass, at most.
+BATCH = 5000
+
+
+@celery_app.task(name="tidings.workflow_step")
+def workflow_step(run_ids: list[str], step: int) -> int:
+    """Move the named runs on from `step`; how many were there to move."""
+    with session_scope(current_settings().database_url) as session:
+        moved = engine.advance(session, run_ids, step)
+        for signature in moved.publish:
+            enqueue_after_commit(session, signature)
+    return moved.runs
+
+
+@celery_app.task(name="tidings.workflow_fan_out")
+def workflow_fan_out(trigger_id: str) -> int:
+    """Write the runs of the next chunk of a topic trigger's members; how many it wrote."""
+    with session_scope(current_settings().database_url) as session:
+        trigger = session.scalar(
+            select(WorkflowTrigger)
+            .where(WorkflowTrigger.id == trigger_id, WorkflowTrigger.fanout_done_at.is_(None))
+            .with_for_update()
+        )
+        if trigger is None:  # done already: this was a repeated message
+            return 0
+        ids = service.write_topic_runs(session, trigger, MEMBERS_PER_TASK)
+        for signature in dispatch.workflow_steps(ids, 0):
+            enqueue_after_commit(session, signature)
+        if len(ids) == MEMBERS_PER_TASK:
+            enqueue_after_commit(session, dispatch.workflow_fan_out(trigger_id))
+    return len(ids)
+
+
+def release_parked(session: Session) -> int:
+    """Runs parked for a long wait whose time has come → their step's task."""
+    rows = session.execute(
+        text(
+            """
+            UPDATE workflow_runs SET parked = false, updated_at = now()
+            WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'running' AND parked AND due_at <= now()
+                         ORDER BY due_at LIMIT :batch FOR UPDATE SKIP LOCKED)
+            RETURNING id::text, step
+            """
+        ),
+        {"batch": BATCH},
+    ).all()
+    _enqueue_steps(session, rows)
+    return len(rows)
+
+
+def redispatch_stalled(session: Session, seconds: float) -> int:
+    """Runs that neither moved nor waited for `seconds` (their task was lost) → their step's task."""
+    rows = session.execute(
+        text(
+            """
+            UPDATE workflow_runs SET updated_at = now()
+            WHERE id IN (SELECT id FROM workflow_runs
+                         WHERE status = 'running' AND NOT parked
+                           AND updated_at < now() - make_interval(secs => :stalled)
+                           AND COALESCE(due_at, updated_at) < now() - make_interval(secs => :stalled)
+                         LIMIT :batch FOR UPDATE SKIP LOCKED)
+            RETURNING id::text, step
+            """
+        ),
+        {"batch": BATCH, "stalled": seconds},
+    ).all()
+    _enqueue_steps(session, rows)
+    return len(rows)
+
+
+def _enqueue_steps(session: Session, rows: Sequence[Row]) -> None:
+    by_step: dict[int, list[str]] = defaultdict(list)
+    for row in rows:
+        by_step[row.step].append(row.id)
+    for step, ids in by_step.items():
+        for signature in dispatch.workflow_steps(ids, step):
+            enqueue_after_commit(session, signature)

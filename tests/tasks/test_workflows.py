@@ -1,0 +1,108 @@
+"""The workflow step task without a worker: a repeated task moves nothing twice, a long wait is
+parked for beat, and the sweeper takes up runs whose task was lost."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+
+from app.db import session_scope
+from app.models import WorkflowTrigger
+from app.workflows import service
+from tasks.workflows import redispatch_stalled, release_parked, workflow_step
+from tests.api.test_workflows import save, setup
+
+
+def start(project, migrated, steps) -> list[str]:
+    """Runs for u1 and u2, written as a trigger writes them but with no task sent for them:
+    here the test is the only one to move them, whatever worker the session runs."""
+    setup(project, ["u1", "u2"])
+    version = save(project, steps)["version"]
+    trigger_id = uuid.uuid4()
+    with session_scope(migrated.database_url) as session:
+        session.add(
+            WorkflowTrigger(
+                id=trigger_id,
+                project_id=project.id,
+                workflow_key="alerts",
+                workflow_version=version,
+                test=False,
+                data={"what": "x"},
+            )
+        )
+        session.flush()
+        return sorted(service.write_runs(session, str(trigger_id), ["u1", "u2"]))
+
+
+def state(engine, run_ids: list[str]) -> list[tuple]:
+    with engine.connect() as connection:
+        return [
+            tuple(row)
+            for row in connection.execute(
+                text(
+                    """
+                    SELECT r.status, r.step, r.parked, (SELECT count(*) FROM workflow_run_steps s WHERE s.run_id = r.id)
+                    FROM workflow_runs r WHERE r.id = ANY(CAST(:ids AS uuid[])) ORDER BY r.id
+                    """
+                ),
+                {"ids": run_ids},
+            )
+        ]
+
+
+def test_a_repeated_step_task_writes_one_message_per_run(project, engine, migrated):
+    runs = start(project, migrated, [{"send": {"channel": "sms", "template": "note-sms"}}])
+    assert workflow_step(runs, 0) == 2
+    assert workflow_step(runs, 0) == 0
+    assert state(engine, runs) == [("completed", 1, False, 1)] * 2
+    with engine.connect() as connection:
+        messages = connection.execute(
+            text(
+                "SELECT count(*) FROM messages WHERE id IN (SELECT message_id FROM workflow_run_steps "
+                "WHERE run_id = ANY(CAST(:ids AS uuid[])))"
+            ),
+            {"ids": runs},
+        ).scalar()
+    assert messages == 2
+
+
+def test_a_long_delay_is_parked_and_released_by_beat_when_due(project, engine, migrated):
+    runs = start(project, migrated, [{"delay": {"for": "1h"}}, {"send": {"channel": "sms", "template": "note-sms"}}])
+    assert workflow_step(runs, 0) == 2
+    assert state(engine, runs) == [("running", 1, True, 1)] * 2
+    assert workflow_step(runs, 1) == 0  # not due: nothing moves
+    with session_scope(migrated.database_url) as session:
+        assert release_parked(session) == 0
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE workflow_runs SET due_at = now() - interval '1 second' WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": runs},
+        )
+    with session_scope(migrated.database_url) as session:
+        assert release_parked(session) >= 2
+    assert state(engine, runs) == [("running", 1, False, 1)] * 2
+    assert workflow_step(runs, 1) == 2
+    assert state(engine, runs) == [("completed", 2, False, 2)] * 2
+
+
+def test_the_sweeper_takes_up_runs_whose_task_was_lost(project, engine, migrated):
+    runs = start(project, migrated, [{"send": {"channel": "sms", "template": "note-sms"}}])
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE workflow_runs SET updated_at = now() - interval '1 hour' WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": runs},
+        )
+    with session_scope(migrated.database_url) as session:
+        assert redispatch_stalled(session, 60) >= 2
+    with engine.connect() as connection:
+        touched = connection.execute(
+            text(
+                "SELECT count(*) FROM workflow_runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+                "AND updated_at > now() - interval '1 minute'"
+            ),
+            {"ids": runs},
+        ).scalar()
+    assert touched == 2
