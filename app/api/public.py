@@ -15,6 +15,7 @@ from app.content.tokens import Purpose, verify
 from app.content.tracking import PIXEL
 from app.enums import EventType
 from app.errors import abort, any_body
+from app.page_headers import page_headers
 from app.schemas.audience import PREFERENCE_LINK_LIFETIME
 from app.services import engagement, preference_page, unsubscribe
 
@@ -131,10 +132,19 @@ def _unsubscribe_claims(token: str) -> dict | None:
     return None if verified is None or verified.expired else verified.claims
 
 
+# The unsubscribe pages hold a key to a recipient's choices in their URL: the preference
+# page's guard rails, and a policy that allows no script, style or frame at all.
+PAGE_HEADERS = page_headers(
+    "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    Cache_Control="no-store",
+    X_Robots_Tag="noindex, nofollow",
+)
+
+
 def _page(title: str, text: str, extra: str = "", status: int = 200) -> Response:
     body = (
         '<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
         f"<title>{html.escape(title)}</title></head><body><h1>{html.escape(title)}</h1>"
         f"<p>{html.escape(text)}</p>{extra}</body></html>"
     )
-    return Response(body, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
+    return Response(body, status=status, mimetype="text/html", headers=PAGE_HEADERS)

@@ -160,6 +160,8 @@ def test_a_raw_one_click_post_turns_the_category_off(ada, live_api):
     url = unsubscribe_url(outbound).replace("http://127.0.0.1:8000", live_api)
     page = requests.get(url, timeout=10)
     assert page.status_code == 200 and '<form method="post">' in page.text
+    assert page.headers["Content-Security-Policy"].startswith("default-src 'none'; form-action 'self'")
+    assert (page.headers["X-Frame-Options"], page.headers["Cache-Control"]) == ("DENY", "no-store")
     assert ada.call("GET", "/v1/subscribers/ada/preferences").get_json()["categories"] == {}  # a GET changes nothing
     answer = requests.post(
         url,

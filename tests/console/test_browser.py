@@ -81,6 +81,7 @@ class Visit:
 
     def sign_in(self, key: str) -> None:
         self.go("/console/login")
+        self.shot("00-sign-in")
         self.page.fill("#key", key)
         self.page.click("button[type=submit]")
         self.page.wait_for_load_state()
@@ -215,6 +216,10 @@ def test_the_admin_pauses_a_provider_a_message_waits_and_goes_on_resume(client, 
     admin = visit()
     admin.sign_in(ADMIN_KEY)
     assert admin.page.url.endswith("/console/operations")
+    admin.go("/console/projects")
+    assert project.id in admin.page.content()
+    admin.shot("10-projects")
+    admin.go("/console/operations")
     try:
         row = admin.page.locator("#provider-fake")
         row.locator("input[name=reason]").fill("browser test")
