@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-prefork fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics load loadtest soak ramp bench-digest clean
+.PHONY: help install run test test-prefork fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics workflows load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ drain: $(STAMP) ## Drain benchmark: 20 × 5,000 via the batch API, at 100 and 1 
 
 topics: $(STAMP) ## Topic fan-out: one send to 1,000,000 followers, beside the batch API's enqueue rate; exactly one message each
 	$(BIN)/python loadtest/topics.py $(TOPICS_ARGS)
+
+workflows: $(STAMP) ## Workflows: 100,000 runs of send → delay 5 s → branch unless opened → send; runs/s per step, lateness, rows per run
+	$(BIN)/python loadtest/workflows.py $(WORKFLOWS_ARGS)
 
 load: $(STAMP) ## Single sends: 400/s end to end for 60 s, then 8 clients for 30 s against the API and a bare endpoint
 	$(BIN)/python loadtest/singles.py $(LOAD_ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -380,3 +381,26 @@ def test_another_projects_workflow_and_run_are_404(client, project, engine):
     assert other.call("GET", f"/v1/workflow-runs/{run_id}").status_code == 404
     assert other.call("POST", "/v1/workflows/alerts/cancel", {"trigger_key": "x"}).status_code == 404
     assert project.call("GET", f"/v1/workflow-runs/{run_id}").status_code == 200
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_delay_until_a_time_in_the_data_waits_for_it_and_a_missing_time_fails_the_run_alone(project, engine):
+    phones = setup(project, ["u1", "u2"])
+    save(
+        project,
+        [{"delay": {"until": "{{ call.at }}", "offset": "-1s"}}, {"send": {"channel": "sms", "template": "note-sms"}}],
+    )
+    at = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
+    timed = trigger(project, ["u1"], data={"what": "Your call", "call": {"at": at}})
+    untimed = trigger(project, ["u2"], data={"what": "Your call", "call": {}})
+    run = wait_for_runs(engine, timed["trigger_id"], {"completed"})[0]
+    failed = wait_for_runs(engine, untimed["trigger_id"], {"failed"})[0]
+    wait_until(lambda: sms_to(phones["u1"]), lambda sent: len(sent) == 1, 20, "u1's SMS")
+    shown = project.call("GET", f"/v1/workflow-runs/{run['id']}").get_json()
+    waited_until = datetime.fromisoformat(shown["steps"][0]["detail"]["until"])
+    assert waited_until == datetime.fromisoformat(at) - timedelta(seconds=1)
+    assert datetime.fromisoformat(shown["steps"][1]["at"]) >= waited_until  # the send came after the wait, not before
+    assert project.call("GET", f"/v1/workflow-runs/{failed['id']}").get_json()["reason"] == (
+        "delay: data.call.at is not a time with its offset"
+    )
+    assert sms_to(phones["u2"]) == []

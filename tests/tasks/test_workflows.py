@@ -106,3 +106,16 @@ def test_the_sweeper_takes_up_runs_whose_task_was_lost(project, engine, migrated
             {"ids": runs},
         ).scalar()
     assert touched == 2
+
+
+def test_a_run_cancelled_before_its_first_step_sends_nothing(project, engine, migrated):
+    runs = start(project, migrated, [{"send": {"channel": "sms", "template": "note-sms"}}])
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE workflow_runs SET trigger_key = 'k' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": runs}
+        )
+    assert project.call("POST", "/v1/workflows/alerts/cancel", {"trigger_key": "k"}).get_json() == {"cancelled": 2}
+    assert workflow_step(runs, 0) == 0
+    assert state(engine, runs) == [("cancelled", 0, False, 0)] * 2
+    events = project.call("GET", "/v1/events?type=workflow.cancelled").get_json()["items"]
+    assert sorted(event["data"]["run_id"] for event in events) == runs
