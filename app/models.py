@@ -691,8 +691,9 @@ class WorkflowRun(Base):
     trigger_key: Mapped[str | None] = mapped_column(String(255))
     subscriber_id: Mapped[str] = mapped_column(String(255))
     test: Mapped[bool] = mapped_column(Boolean)
-    # The trigger's data, and for a run that gathered a digest, its `items` and `count` too.
-    data: Mapped[dict[str, Any]]
+    # Empty: the trigger's data, read from there (a trigger for 10,000 stores its data once).
+    # A run that gathered a digest keeps its own: the trigger's, with `items` and `count`.
+    data: Mapped[dict[str, Any] | None]
     status: Mapped[RunStatus] = mapped_column(_enum(RunStatus), server_default=text("'running'"))
     step: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     due_at: Mapped[datetime | None]

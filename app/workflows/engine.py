@@ -38,7 +38,8 @@ from app.workflows.conditions import Facts, asks_subscriber, holds, lookup, mess
 MAX_DIGEST_ITEMS = 100
 # A wait longer than this is parked in PostgreSQL for beat, not held by the broker.
 COUNTDOWN_LIMIT = MAX_COUNTDOWN - 60
-# Steps one task may carry a run through: more than any workflow has (MAX_STEPS compiled).
+# Steps one task carries a run through at most: a long chain of steps that take no time
+# goes on in the next task, so no task holds its runs' locks for long.
 MAX_HOPS = 64
 
 
@@ -81,12 +82,12 @@ class Moved:
 
 LOCK = text(
     """
-    SELECT id::text, project_id, workflow_key, workflow_version, subscriber_id, test, created_at, data, step,
-           digest_id::text, due_at
-    FROM workflow_runs
-    WHERE id = ANY(CAST(:ids AS uuid[])) AND step = :step AND status = 'running'
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
+    SELECT r.id::text, r.project_id, r.workflow_key, r.workflow_version, r.subscriber_id, r.test, r.created_at,
+           COALESCE(r.data, t.data) AS data, r.step, r.digest_id::text, r.due_at
+    FROM workflow_runs r JOIN workflow_triggers t ON t.id = r.trigger_id
+    WHERE r.id = ANY(CAST(:ids AS uuid[])) AND r.step = :step AND r.status = 'running'
+    ORDER BY r.id
+    FOR UPDATE OF r SKIP LOCKED
     """
 )
 
@@ -124,7 +125,12 @@ def advance(session: Session, run_ids: Sequence[str], step: int) -> Moved:
         if not moving:
             break
     _write(session, runs, now)
-    waiting = [(r.id, r.step, r.due_at) for r in runs if r.status is RunStatus.RUNNING and r.due_at is not None]
+    unfinished = {run.id for run in moving}  # still going after MAX_HOPS: on in a task of their own, at once
+    waiting = [
+        (r.id, r.step, r.due_at or now)
+        for r in runs
+        if r.status is RunStatus.RUNNING and (r.due_at is not None or r.id in unfinished)
+    ]
     moved.publish += _wake_at(waiting, now)
     moved.runs = len(runs)
     return moved
@@ -439,9 +445,11 @@ def _flush(session: Session, leaders: list[Run]) -> None:
 GATHER = text(
     """
     SELECT digest_id, data, total FROM (
-        SELECT digest_id::text, data, count(*) OVER w AS total, row_number() OVER (w ORDER BY created_at, id) AS n
-        FROM workflow_runs WHERE digest_id = ANY(CAST(:ids AS uuid[]))
-        WINDOW w AS (PARTITION BY digest_id)
+        SELECT r.digest_id::text, COALESCE(r.data, t.data) AS data, count(*) OVER w AS total,
+               row_number() OVER (w ORDER BY r.created_at, r.id) AS n
+        FROM workflow_runs r JOIN workflow_triggers t ON t.id = r.trigger_id
+        WHERE r.digest_id = ANY(CAST(:ids AS uuid[]))
+        WINDOW w AS (PARTITION BY r.digest_id)
     ) AS gathered WHERE n <= :most ORDER BY digest_id, n
     """
 )

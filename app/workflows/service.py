@@ -174,8 +174,8 @@ def trigger(
 RUNS = text(
     """
     INSERT INTO workflow_runs (id, project_id, workflow_key, workflow_version, trigger_id, trigger_key,
-                               subscriber_id, test, data)
-    SELECT r.id, t.project_id, t.workflow_key, t.workflow_version, t.id, t.trigger_key, r.subscriber_id, t.test, t.data
+                               subscriber_id, test)
+    SELECT r.id, t.project_id, t.workflow_key, t.workflow_version, t.id, t.trigger_key, r.subscriber_id, t.test
     FROM workflow_triggers t,
          unnest(CAST(:ids AS uuid[]), CAST(:subscribers AS text[])) AS r(id, subscriber_id)
     WHERE t.id = :trigger
@@ -200,9 +200,9 @@ FAN_OUT = text(
         ) AS next_members
     ), new AS (
         INSERT INTO workflow_runs (id, project_id, workflow_key, workflow_version, trigger_id, trigger_key,
-                                   subscriber_id, test, data)
+                                   subscriber_id, test)
         SELECT ids.id, t.project_id, t.workflow_key, t.workflow_version, t.id, t.trigger_key, chosen.subscriber_id,
-               t.test, t.data
+               t.test
         FROM workflow_triggers t, chosen JOIN unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS ids(id, n) USING (n)
         WHERE t.id = :trigger
         RETURNING id
@@ -310,9 +310,11 @@ def get_run(db: sessionmaker[Session], project_id: str, run_id: str) -> dict[str
         run = session.execute(
             text(
                 """
-                SELECT id::text, workflow_key, workflow_version, trigger_id::text, trigger_key, subscriber_id,
-                       test, data, status, step, due_at, reason, created_at, updated_at, ended_at
-                FROM workflow_runs WHERE id = :id AND project_id = :project
+                SELECT r.id::text, r.workflow_key, r.workflow_version, r.trigger_id::text, r.trigger_key,
+                       r.subscriber_id, r.test, COALESCE(r.data, t.data) AS data, r.status, r.step, r.due_at,
+                       r.reason, r.created_at, r.updated_at, r.ended_at
+                FROM workflow_runs r JOIN workflow_triggers t ON t.id = r.trigger_id
+                WHERE r.id = :id AND r.project_id = :project
                 """
             ),
             {"id": key, "project": project_id},

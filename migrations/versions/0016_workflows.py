@@ -77,7 +77,7 @@ def upgrade() -> None:
         sa.Column("trigger_key", sa.String(255)),
         sa.Column("subscriber_id", sa.String(255), nullable=False),
         sa.Column("test", sa.Boolean(), nullable=False),
-        sa.Column("data", JSONB(), nullable=False),
+        sa.Column("data", JSONB()),
         sa.Column("status", sa.String(16), server_default=sa.text("'running'"), nullable=False),
         sa.Column("step", sa.SmallInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("due_at", sa.DateTime(timezone=True)),

@@ -1,5 +1,6 @@
 """The workflow step task without a worker: a repeated task moves nothing twice, a long wait is
-parked for beat, and the sweeper takes up runs whose task was lost."""
+parked for beat, the sweeper takes up runs whose task was lost, a cancel before the first
+step stops it, and a sliding digest window moves with each arrival."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def start(project, migrated, steps) -> list[str]:
     here the test is the only one to move them, whatever worker the session runs."""
     setup(project, ["u1", "u2"])
     version = save(project, steps)["version"]
+    return runs_for(project, migrated, version, ["u1", "u2"], {"what": "x"})
+
+
+def runs_for(project, migrated, version: int, subscribers: list[str], data: dict) -> list[str]:
+    """One more trigger's runs for `subscribers`, no task sent for them; their ids, in order."""
     trigger_id = uuid.uuid4()
     with session_scope(migrated.database_url) as session:
         session.add(
@@ -28,11 +34,11 @@ def start(project, migrated, steps) -> list[str]:
                 workflow_key="alerts",
                 workflow_version=version,
                 test=False,
-                data={"what": "x"},
+                data=data,
             )
         )
         session.flush()
-        return sorted(service.write_runs(session, str(trigger_id), ["u1", "u2"]))
+        return sorted(service.write_runs(session, str(trigger_id), subscribers))
 
 
 def state(engine, run_ids: list[str]) -> list[tuple]:
@@ -119,3 +125,44 @@ def test_a_run_cancelled_before_its_first_step_sends_nothing(project, engine, mi
     assert state(engine, runs) == [("cancelled", 0, False, 0)] * 2
     events = project.call("GET", "/v1/events?type=workflow.cancelled").get_json()["items"]
     assert sorted(event["data"]["run_id"] for event in events) == runs
+
+
+def test_a_sliding_digest_window_moves_with_each_arrival_and_its_leader_waits_for_it(project, engine, migrated):
+    setup(project, ["u1"])
+    steps = [
+        {"digest": {"window": "1m", "sliding": True, "max": "5m"}},
+        {"send": {"channel": "in_app", "template": "note"}},
+    ]
+    version = save(project, steps)["version"]
+    [leader] = runs_for(project, migrated, version, ["u1"], {"what": "first"})
+    assert workflow_step([leader], 0) == 1
+    opened = digest_times(engine, project.id)
+    [follower] = runs_for(project, migrated, version, ["u1"], {"what": "second"})
+    assert workflow_step([follower], 0) == 1
+    moved = digest_times(engine, project.id)
+    assert opened["closes_at"] < moved["closes_at"] <= moved["latest_close_at"] == opened["latest_close_at"]
+    assert state(engine, [follower]) == [("digested", 0, False, 1)]
+    with engine.begin() as connection:  # the leader's first wake-up, at the window's first end
+        connection.execute(text("UPDATE workflow_runs SET due_at = now() WHERE id = :r"), {"r": leader})
+    assert workflow_step([leader], 0) == 1
+    with engine.connect() as connection:
+        waits_until = connection.execute(text("SELECT due_at FROM workflow_runs WHERE id = :r"), {"r": leader}).scalar()
+    assert waits_until == moved["closes_at"] and state(engine, [leader]) == [("running", 0, False, 0)]
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE workflow_digests SET closes_at = now() WHERE project_id = :p"), {"p": project.id}
+        )
+        connection.execute(text("UPDATE workflow_runs SET due_at = now() WHERE id = :r"), {"r": leader})
+    assert workflow_step([leader], 0) == 1
+    with engine.connect() as connection:
+        data = connection.execute(text("SELECT data FROM workflow_runs WHERE id = :r"), {"r": leader}).scalar()
+    assert (data["count"], [item["what"] for item in data["items"]]) == (2, ["first", "second"])
+    assert state(engine, [leader]) == [("completed", 2, False, 2)]
+
+
+def digest_times(engine, project_id: str) -> dict:
+    with engine.connect() as connection:
+        row = connection.execute(
+            text("SELECT closes_at, latest_close_at FROM workflow_digests WHERE project_id = :p"), {"p": project_id}
+        ).one()
+    return dict(row._mapping)
