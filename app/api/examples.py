@@ -10,12 +10,15 @@ from typing import Any
 
 from marshmallow import Schema
 
-# In-app first; an email if it was not read within ten minutes.
+# Every step kind at work: at most three runs a day per subscriber, the comments of ten
+# minutes on one post gathered into one in-app note, then an email if it was not read in an hour.
 WORKFLOW_STEPS = [
-    {"send": {"channel": "in_app", "template": "new-comment"}},
-    {"delay": {"for": "10m"}},
+    {"throttle": {"limit": 3, "window": "1d"}},
+    {"digest": {"window": "10m", "key": "{{ post_id }}"}},
+    {"send": {"channel": "in_app", "template": "new-comments"}},
+    {"delay": {"for": "1h"}},
     {"branch": {"unless": {"was": "read"}}},
-    {"send": {"channel": "email", "template": "new-comment-email"}},
+    {"send": {"channel": "email", "template": "new-comments-email"}},
 ]
 
 EXAMPLES: dict[str, Any] = {
@@ -595,47 +598,65 @@ EXAMPLES: dict[str, Any] = {
     "Cancelled": {"cancelled": 1},
     "WorkflowRun": {
         "created_at": "2030-01-02T09:30:05.000000+00:00",
-        "data": {"author": "Ada", "post": "Launch plan"},
+        "data": {"author": "Ada", "count": 4, "items": [{"author": "Ada", "post_id": "p17"}], "post_id": "p17"},
         "due_at": None,
-        "ended_at": "2030-01-02T09:40:06.000000+00:00",
+        "ended_at": "2030-01-02T10:40:06.000000+00:00",
         "id": "0193f2a4-7c1e-7d3a-9b2f-5e8c1a4d6b70",
         "reason": "a branch's condition did not hold",
         "status": "completed",
-        "step": 2,
+        "step": 4,
         "steps": [
             {
                 "at": "2030-01-02T09:30:05.000000+00:00",
+                "detail": {"key": ""},
+                "kind": "throttle",
+                "message_id": None,
+                "message_status": None,
+                "outcome": "passed",
+                "step": 0,
+            },
+            {
+                "at": "2030-01-02T09:40:05.000000+00:00",
+                "detail": {"count": 4, "digest_id": "7d2e9c4a-1b3f-4a68-9e50-c8f1a2b3d4e5"},
+                "kind": "digest",
+                "message_id": None,
+                "message_status": None,
+                "outcome": "flushed",
+                "step": 1,
+            },
+            {
+                "at": "2030-01-02T09:40:05.000000+00:00",
                 "detail": {"channel": "in_app"},
                 "kind": "send",
                 "message_id": "5b1f0e6c-8a43-4c2e-9f7d-2d6a8e1c4b90",
                 "message_status": "sent",
                 "outcome": "sent",
-                "step": 0,
+                "step": 2,
             },
             {
-                "at": "2030-01-02T09:30:05.000000+00:00",
-                "detail": {"until": "2030-01-02T09:40:05+00:00"},
+                "at": "2030-01-02T09:40:05.000000+00:00",
+                "detail": {"until": "2030-01-02T10:40:05+00:00"},
                 "kind": "delay",
                 "message_id": None,
                 "message_status": None,
                 "outcome": "waited",
-                "step": 1,
+                "step": 3,
             },
             {
-                "at": "2030-01-02T09:40:06.000000+00:00",
+                "at": "2030-01-02T10:40:06.000000+00:00",
                 "detail": None,
                 "kind": "branch",
                 "message_id": None,
                 "message_status": None,
                 "outcome": "stopped",
-                "step": 2,
+                "step": 4,
             },
         ],
         "subscriber_id": "u42",
         "test": False,
         "trigger_id": "4c8e2a1f-9b3d-4e76-a5c0-1d7f3b9e2a48",
         "trigger_key": "post-17",
-        "updated_at": "2030-01-02T09:40:06.000000+00:00",
+        "updated_at": "2030-01-02T10:40:06.000000+00:00",
         "version": 2,
         "workflow": "comment-alerts",
     },

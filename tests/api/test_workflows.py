@@ -204,6 +204,15 @@ def test_the_fallback_sends_sms_only_to_whoever_did_not_read_the_in_app_message(
     assert shown["steps"][3]["message_id"] and shown["status"] == "completed"
     stopped = project.call("GET", f"/v1/workflow-runs/{runs['u1']['id']}").get_json()
     assert [s["outcome"] for s in stopped["steps"]] == ["sent", "waited", "stopped"]
+    completed = project.call("GET", "/v1/events?type=workflow.completed").get_json()["items"]
+    assert sorted((e["data"]["subscriber_id"], e["data"]["status"]) for e in completed) == [
+        ("u1", "completed"),
+        ("u2", "completed"),
+    ]
+    sends = [e for e in project.call("GET", "/v1/events?type=workflow.step").get_json()["items"] if e["message_id"]]
+    assert sorted(e["message_id"] for e in sends) == sorted(
+        step["message_id"] for run in (shown, stopped) for step in run["steps"] if step["message_id"]
+    )
 
 
 @pytest.mark.usefixtures("worker")

@@ -166,3 +166,18 @@ def digest_times(engine, project_id: str) -> dict:
             text("SELECT closes_at, latest_close_at FROM workflow_digests WHERE project_id = :p"), {"p": project_id}
         ).one()
     return dict(row._mapping)
+
+
+def test_erasing_a_subscriber_erases_its_runs_and_their_steps(project, engine, migrated):
+    runs = start(project, migrated, [{"send": {"channel": "in_app", "template": "note"}}, {"delay": {"for": "1d"}}])
+    assert workflow_step(runs, 0) == 2
+    assert project.call("DELETE", "/v1/subscribers/u1").status_code == 204
+    with engine.connect() as connection:
+        left = connection.execute(
+            text(
+                "SELECT r.subscriber_id, count(s.run_id) FROM workflow_runs r "
+                "LEFT JOIN workflow_run_steps s ON s.run_id = r.id WHERE r.project_id = :p GROUP BY 1"
+            ),
+            {"p": project.id},
+        ).all()
+    assert [tuple(row) for row in left] == [("u2", 2)]
