@@ -673,9 +673,9 @@ class WorkflowRun(Base):
         ForeignKeyConstraint(
             ["project_id", "subscriber_id"], ["subscribers.project_id", "subscribers.external_id"], ondelete="CASCADE"
         ),
-        # Cancelling by trigger key, and throttle counts per subscriber.
+        # Cancelling by trigger key; throttle counts per subscriber, and the cascade when one is deleted.
         Index("ix_workflow_runs_trigger_key", "project_id", "workflow_key", "trigger_key"),
-        Index("ix_workflow_runs_subscriber", "project_id", "workflow_key", "subscriber_id", "created_at"),
+        Index("ix_workflow_runs_subscriber", "project_id", "subscriber_id", "workflow_key", "created_at"),
         Index("ix_workflow_runs_trigger", "trigger_id"),
         # Beat's two looks, each only at runs still running: parked ones come due, others stopped moving.
         Index("ix_workflow_runs_parked", "due_at", postgresql_where=text("status = 'running' AND parked")),
