@@ -1,4 +1,5 @@
-"""Connections of our engine: a transaction left idle gives its locks back."""
+"""Connections of our engine: a transaction left idle gives its locks back, and a
+connection the server closed is never handed out."""
 
 from __future__ import annotations
 
@@ -28,6 +29,27 @@ def test_the_server_ends_a_transaction_its_process_left_idle(migrated):
     finally:
         silent.invalidate()
         silent.close()
+
+
+def test_a_pooled_connection_the_server_closed_is_replaced_at_checkout(migrated):
+    """A restart or a terminated backend leaves dead connections in the pool; with no ping
+    per checkout, the first query on one would fail unless checkout noticed."""
+    engine = engine_for.__wrapped__(migrated.database_url)  # a pool of its own, holding one connection
+    try:
+        with engine.connect() as connection:
+            pid = connection.execute(text("SELECT pg_backend_pid()")).scalar()
+        with engine_for(migrated.database_url).connect() as other:
+            assert other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        wait_until(
+            lambda: backend_state(engine_for(migrated.database_url), pid),
+            lambda state: state is None,
+            10,
+            "the terminated backend to exit",
+        )
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT pg_backend_pid()")).scalar() != pid
+    finally:
+        engine.dispose()
 
 
 def backend_state(engine, pid: int) -> str | None:
