@@ -17,11 +17,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.auth import PREFIX_LENGTH, hash_key, new_key
-from app.access.caller_cache import forget_all
 from app.crypto import encrypt
 from app.enums import KeyKind
 from app.errors import abort, uuid_or_404
 from app.models import ApiKey, Project
+from app.remembered import forget_all
 from app.services.webhooks import ROTATION_OVERLAP, new_secret
 
 

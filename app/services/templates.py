@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.config import current_settings
 from app.content.rendering import (
     FIELD_ORDER,
     FIELDS,
@@ -28,6 +29,8 @@ from app.enums import Channel
 from app.errors import abort, field_error
 from app.models import Template
 from app.pagination import decode_cursor, page
+from app.redis_client import redis_for
+from app.remembered import Remembered, forget_all, read_generation
 from app.services import email_extras
 
 # What a variant must have for its channel to send anything: all of one group, per channel.
@@ -85,6 +88,7 @@ def update(db: sessionmaker[Session], project_id: str, key: str, data: dict[str,
         )
     if row is None:
         abort(409, f"Template {key!r} changed at the same time; send the change again.")
+    forget_all(redis_for(current_settings().redis_url))
     return present(row, locale)
 
 
@@ -155,19 +159,36 @@ class Pinned(NamedTuple):
     sender: dict[str, Any] | None
 
 
+class _Latest(NamedTuple):
+    version: int
+    channel: Channel
+    sender: dict[str, Any] | None
+
+
+# Every send asks for its template's latest version; it changes only when `update` saves one,
+# which makes every process forget (app/remembered.py). Keyed by (project, template key).
+_latest_versions: Remembered[tuple[str, str], _Latest] = Remembered()
+
+
 def pin(session: Session, project_id: str, key: str, channel: Channel) -> Pinned:
     """The version a new message will be rendered with: the latest; 422 when there is none."""
+    generation = read_generation(redis_for(current_settings().redis_url))
+    found = _latest_versions.get((project_id, key), generation, lambda: _latest(session, project_id, key))
+    if found is None:
+        field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")
+    if found.channel != channel:
+        field_error(422, INVALID, "json", "template", f"Template {key!r} is for {found.channel}, not {channel}.")
+    return Pinned(found.version, found.sender)
+
+
+def _latest(session: Session, project_id: str, key: str) -> _Latest | None:
     found = session.execute(
         select(Template.version, Template.channel, Template.sender)
         .where(Template.project_id == project_id, Template.key == key)
         .order_by(Template.version.desc())
         .limit(1)
     ).first()
-    if found is None:
-        field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")
-    if found.channel != channel:
-        field_error(422, INVALID, "json", "template", f"Template {key!r} is for {found.channel}, not {channel}.")
-    return Pinned(found.version, found.sender)
+    return None if found is None else _Latest(found.version, found.channel, found.sender)
 
 
 def present(row: Template, locale: str) -> dict[str, Any]:

@@ -8,11 +8,12 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from app.access import caller_cache
+from app import remembered
 from app.access.auth import PREFIX_LENGTH, hash_key
-from app.access.caller_cache import CallerCache, forget_all
+from app.access.caller_cache import CallerCache
 from app.db import session_factory
 from app.redis_client import redis_for
+from app.remembered import forget_all
 from app.runtime.embedded import free_port
 from tests.conftest import ADMIN_KEY
 
@@ -52,7 +53,7 @@ def test_an_unknown_key_is_not_remembered(callers, project, engine):
 
 def test_a_remembered_caller_expires(callers, project, engine, monkeypatch):
     assert callers.caller(project.live_key) is not None
-    monkeypatch.setattr(caller_cache, "MAX_AGE_SECONDS", 0.0)
+    monkeypatch.setattr(remembered, "MAX_AGE_SECONDS", 0.0)
     revoke_behind_the_cache(engine, project.id)
     assert callers.caller(project.live_key) is None
 
@@ -63,9 +64,9 @@ def test_without_redis_every_lookup_asks_postgresql(migrated, project, engine, c
     assert callers.caller(project.live_key).project_id == project.id
     revoke_behind_the_cache(engine, project.id)
     assert callers.caller(project.live_key) is None
-    with caplog.at_level(logging.WARNING, logger="app.access.caller_cache"):
+    with caplog.at_level(logging.WARNING, logger="app.remembered"):
         forget_all(unreachable)  # logged, not raised: the revocation is committed whatever Redis says
-    assert "could not publish a new key generation" in caplog.text
+    assert "could not publish a new generation" in caplog.text
 
 
 def test_a_project_is_remembered_apart_from_keys(callers, project, client, migrated):

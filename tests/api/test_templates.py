@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-from sqlalchemy import text
+import threading
 
+import pytest
+from sqlalchemy import event, text
+
+from app.db import engine_for
 from app.schemas.text import LINE_BREAK
 from tests.conftest import create_project
 
@@ -294,3 +297,32 @@ def test_a_message_records_the_version_it_was_sent_with(project):
     }
     message = project.get(project.send(body).get_json()["id"]).get_json()
     assert (message["template"], message["template_version"]) == ("welcome", 2)
+
+
+def test_a_send_pins_the_latest_version_remembered_until_a_new_one_is_saved(project, migrated):
+    """The pin is remembered between sends (no query), and saving a version makes every
+    process forget it, so the very next send pins the new one."""
+    project.call("POST", "/v1/templates", WELCOME)
+    body = {"channel": "email", "to": {"email": "a@example.com"}, "template": "welcome", "data": {"name": "A"}}
+    this_thread, statements = threading.get_ident(), []
+    engine = engine_for(migrated.database_url)
+
+    def record(_connection, _cursor, statement, *_):
+        if threading.get_ident() == this_thread:
+            statements.append(statement)
+
+    versions, template_queries = [], []
+    for change in (None, None, {**WORDS, "subject": "v2"}, None):
+        if change is not None:
+            assert project.call("PUT", "/v1/templates/welcome", change).status_code == 200
+        statements.clear()
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            answer = project.send(body)
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        assert answer.status_code == 202
+        template_queries.append(sum("FROM templates" in statement for statement in statements))
+        versions.append(project.get(answer.get_json()["id"]).get_json()["template_version"])
+    assert versions == [1, 1, 2, 2]
+    assert template_queries == [1, 0, 1, 0]
