@@ -212,13 +212,24 @@ class LedgerTally:
     repeated_requests: int
 
     def report(self, fault: str, at_injection: Mapping[str, object]) -> str:
-        """The one line per fault test the closing note quotes; printed, and returned."""
-        line = (
-            f"FAULT {fault}: at injection {dict(at_injection)}; outcomes {self.outcomes}; "
-            f"deliveries per message {self.deliveries}; repeated requests {self.repeated_requests}"
-        )
-        print(f"\n{line}")
-        return line
+        """The one line per fault test the closing note quotes; kept for the run's summary, and returned."""
+        outcomes = {
+            **self.outcomes,
+            "deliveries per message": self.deliveries,
+            "repeated requests": self.repeated_requests,
+        }
+        return report_fault(fault, at_injection, outcomes)
+
+
+# Every fault test's line, for the summary at the end of the run (tests/faults/conftest.py),
+# so CI's log says what each fault met and how each message ended, passed or not.
+FAULT_LINES: list[str] = []
+
+
+def report_fault(fault: str, at_injection: Mapping[str, object], outcomes: Mapping[str, object]) -> str:
+    line = f"FAULT {fault}: at injection {dict(at_injection)}; outcomes {dict(outcomes)}"
+    FAULT_LINES.append(line)
+    return line
 
 
 def assert_ledger_agrees(ids: Iterable[str], seen: Mapping[str, str], ledger: Ledger) -> LedgerTally:

@@ -23,7 +23,14 @@ import pytest
 from celery import Celery
 
 from tasks.backlog import queue_depths
-from tests.faults.stack import Stack, assert_ledger_agrees, insert_accepted, statuses, wait_until_terminal
+from tests.faults.stack import (
+    Stack,
+    assert_ledger_agrees,
+    insert_accepted,
+    report_fault,
+    statuses,
+    wait_until_terminal,
+)
 from tests.waiting import wait_until
 
 MAX, MIN = 4, 1
@@ -108,7 +115,7 @@ def test_prefork_pool_grows_to_max_under_a_backlog_and_shrinks_to_min_when_idle(
         "deliveries per message": dict(Counter(counts[i] for i in ids)),
         "pool sizes": {"start": len(started), "peak": max(sizes), "idle": len(shrunk)},
     }
-    print(f"\nFAULT autoscale: at injection {at_max}; outcomes {outcomes}")
+    report_fault("autoscale", at_max, outcomes)
     assert set(seen.values()) == {"sent"}
     assert all(counts[i] == 1 for i in ids), outcomes["deliveries per message"]
     assert max(sizes) == MAX

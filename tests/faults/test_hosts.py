@@ -28,6 +28,7 @@ from tests.faults.stack import (
     assert_ledger_agrees,
     insert_accepted,
     new_project,
+    report_fault,
     statuses,
     wait_until_terminal,
 )
@@ -141,10 +142,6 @@ def busiest(times: list[float], width: float) -> tuple[int, dict[float, int]]:
     return most, dict(sorted(Counter(round(t - start, 3) for t in times if start <= t < start + width).items()))
 
 
-def report(name: str, injection: dict[str, Any], outcomes: dict[str, Any]) -> None:
-    print(f"\nFAULT {name}: at injection {injection}; outcomes {outcomes}")
-
-
 def test_hosts_share_one_pace(stack, provider, engine, network):
     ids = insert_accepted(engine, new_project(engine), 240)
     stack.publish_prepare(ids)
@@ -156,7 +153,7 @@ def test_hosts_share_one_pace(stack, provider, engine, network):
     second, _ = busiest(arrivals, 1.0)
     within, window = busiest(arrivals, 1.0 - EDGE)
     by_host = provider.by_host(ids)
-    report(
+    report_fault(
         "hosts-share-one-pace",
         {"hosts": len(network.hosts), "pace_per_second": PACE, "messages": len(ids)},
         {
@@ -201,7 +198,7 @@ def test_transactional_overtakes_bulk_across_hosts(stack, provider, engine, netw
     order = delivered_in_order(provider, set(bulk) | set(urgent))
     last_urgent = max(order.index(message_id) for message_id in urgent)
     bulk_after = sum(1 for message_id in order[last_urgent:] if message_id not in set(urgent))
-    report(
+    report_fault(
         "transactional-overtakes-bulk",
         {"bulk_sent": bulk_before, "bulk_waiting": len(bulk) - bulk_before, "transactional": len(urgent)},
         {
@@ -257,7 +254,7 @@ def test_a_host_cut_off_mid_call_loses_nothing(stack, provider, engine, network)
     counts = provider.deliveries()
     in_flight = injection.pop("in_flight_request")
     by_host = provider.by_host(ids)
-    report(
+    report_fault(
         "host-cut-off-mid-call",
         {**injection, "in_flight_request": len(in_flight)},
         {
