@@ -47,17 +47,18 @@ class Unknown:
 Generation = bytes | Unknown | None
 
 
-def read_generation(client: redis.Redis) -> Generation:
+def request_generation(client: redis.Redis) -> Generation:
     """The generation, read once per request: what a request looks up (its caller, its
     template) is all asked after its start, so one reading stamps them all."""
     if not has_request_context():
-        return _read(client)
+        return read_generation(client)
     if "generation" not in g:
-        g.generation = _read(client)
+        g.generation = read_generation(client)
     return g.generation
 
 
-def _read(client: redis.Redis) -> Generation:
+def read_generation(client: redis.Redis) -> Generation:
+    """The generation now: for what asks again long after its request began (a stream)."""
     try:
         return client.get(GENERATION_KEY)
     except redis.RedisError as error:

@@ -13,7 +13,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.auth import Caller, find_caller, find_project_caller
-from app.remembered import Remembered, read_generation
+from app.remembered import Remembered, read_generation, request_generation
 
 
 class CallerCache:
@@ -23,16 +23,24 @@ class CallerCache:
         # Remembered under ("key", token) or ("project", project id).
         self._callers: Remembered[tuple[str, str], Caller] = Remembered()
 
-    def caller(self, token: str) -> Caller | None:
-        """The caller the API key `token` authenticates, or None; unknown keys are never remembered."""
-        return self._remembered(("key", token), lambda session: find_caller(session, token))
+    def caller(self, token: str, fresh: bool = False) -> Caller | None:
+        """The caller the API key `token` authenticates, or None; unknown keys are never remembered.
 
-    def project_caller(self, project_id: str) -> Caller | None:
+        `fresh`: against the generation now rather than the one the request began with, for
+        a stream that asks again at every heartbeat whether its key still holds."""
+        return self._remembered(("key", token), lambda session: find_caller(session, token), fresh)
+
+    def project_caller(self, project_id: str, fresh: bool = False) -> Caller | None:
         """Who a subscriber token of `project_id` acts as, or None once the project is gone."""
-        return self._remembered(("project", project_id), lambda session: find_project_caller(session, project_id))
+        return self._remembered(
+            ("project", project_id), lambda session: find_project_caller(session, project_id), fresh
+        )
 
-    def _remembered(self, key: tuple[str, str], look_up: Callable[[Session], Caller | None]) -> Caller | None:
-        return self._callers.get(key, read_generation(self.client), lambda: self._look_up(look_up))
+    def _remembered(
+        self, key: tuple[str, str], look_up: Callable[[Session], Caller | None], fresh: bool
+    ) -> Caller | None:
+        generation = read_generation(self.client) if fresh else request_generation(self.client)
+        return self._callers.get(key, generation, lambda: self._look_up(look_up))
 
     def _look_up(self, look_up: Callable[[Session], Caller | None]) -> Caller | None:
         with self.db() as session:

@@ -167,5 +167,6 @@ def token_still_valid() -> Callable[[], bool]:
     project is still there, unchanged (one Redis GET while nothing changed)."""
     callers, caller, expires_at = context().callers, g.caller, g.token_expires_at
     return lambda: (
-        (expires_at is None or time.time() < expires_at) and callers.project_caller(caller.project_id) == caller
+        (expires_at is None or time.time() < expires_at)
+        and callers.project_caller(caller.project_id, fresh=True) == caller
     )

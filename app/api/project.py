@@ -57,7 +57,7 @@ def key_still_valid() -> Callable[[], bool]:
     authenticates the same caller, so not once it is revoked or its project changed or
     deleted (one Redis GET while nothing changed: app/access/caller_cache.py)."""
     callers, token, caller = context().callers, bearer_token(), g.caller
-    return lambda: token is not None and callers.caller(token) == caller
+    return lambda: token is not None and callers.caller(token, fresh=True) == caller
 
 
 def authenticate_and_limit() -> None:

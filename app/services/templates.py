@@ -30,7 +30,7 @@ from app.errors import abort, field_error
 from app.models import Template
 from app.pagination import decode_cursor, page
 from app.redis_client import redis_for
-from app.remembered import Remembered, forget_all, read_generation
+from app.remembered import Remembered, forget_all, request_generation
 from app.services import email_extras
 
 # What a variant must have for its channel to send anything: all of one group, per channel.
@@ -172,7 +172,7 @@ _latest_versions: Remembered[tuple[str, str], _Latest] = Remembered()
 
 def pin(session: Session, project_id: str, key: str, channel: Channel) -> Pinned:
     """The version a new message will be rendered with: the latest; 422 when there is none."""
-    generation = read_generation(redis_for(current_settings().redis_url))
+    generation = request_generation(redis_for(current_settings().redis_url))
     found = _latest_versions.get((project_id, key), generation, lambda: _latest(session, project_id, key))
     if found is None:
         field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")

@@ -78,3 +78,14 @@ def test_a_project_is_remembered_apart_from_keys(callers, project, client, migra
         == 204
     )
     assert callers.project_caller(project.id) is None
+
+
+def test_a_request_reads_the_generation_once_and_a_stream_asks_afresh(callers, app, project, engine, migrated):
+    """What a request looks up is stamped with the generation it began with; a stream's
+    heartbeat check, long after, reads it again so a revocation ends the stream."""
+    with app.test_request_context():
+        assert callers.caller(project.live_key).project_id == project.id
+        revoke_behind_the_cache(engine, project.id)
+        forget_all(redis_for(migrated.redis_url))
+        assert callers.caller(project.live_key).project_id == project.id
+        assert callers.caller(project.live_key, fresh=True) is None
