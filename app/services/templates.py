@@ -153,13 +153,9 @@ def _preview_answer(channel: Channel, rendering: Callable[[], tuple[str, dict[st
 
 
 class Pinned(NamedTuple):
-    """The version a send renders, and the sender defaults that version carries (email)."""
+    """A template's latest version: what a new message renders, for which channel, with the
+    sender defaults that version carries (email)."""
 
-    version: int
-    sender: dict[str, Any] | None
-
-
-class _Latest(NamedTuple):
     version: int
     channel: Channel
     sender: dict[str, Any] | None
@@ -167,28 +163,33 @@ class _Latest(NamedTuple):
 
 # Every send asks for its template's latest version; it changes only when `update` saves one,
 # which makes every process forget (app/remembered.py). Keyed by (project, template key).
-_latest_versions: Remembered[tuple[str, str], _Latest] = Remembered()
+_latest_versions: Remembered[tuple[str, str], Pinned] = Remembered()
 
 
 def pin(session: Session, project_id: str, key: str, channel: Channel) -> Pinned:
     """The version a new message will be rendered with: the latest; 422 when there is none."""
-    generation = request_generation(redis_for(current_settings().redis_url))
-    found = _latest_versions.get((project_id, key), generation, lambda: _latest(session, project_id, key))
+    found = latest(session, project_id, key)
     if found is None:
         field_error(422, INVALID, "json", "template", f"Unknown template {key!r}.")
     if found.channel != channel:
         field_error(422, INVALID, "json", "template", f"Template {key!r} is for {found.channel}, not {channel}.")
-    return Pinned(found.version, found.sender)
+    return found
 
 
-def _latest(session: Session, project_id: str, key: str) -> _Latest | None:
+def latest(session: Session, project_id: str, key: str) -> Pinned | None:
+    """The template's latest version, remembered per process; None when the key has none."""
+    generation = request_generation(redis_for(current_settings().redis_url))
+    return _latest_versions.get((project_id, key), generation, lambda: _look_up_latest(session, project_id, key))
+
+
+def _look_up_latest(session: Session, project_id: str, key: str) -> Pinned | None:
     found = session.execute(
         select(Template.version, Template.channel, Template.sender)
         .where(Template.project_id == project_id, Template.key == key)
         .order_by(Template.version.desc())
         .limit(1)
     ).first()
-    return None if found is None else _Latest(found.version, found.channel, found.sender)
+    return None if found is None else Pinned(found.version, found.channel, found.sender)
 
 
 def present(row: Template, locale: str) -> dict[str, Any]:

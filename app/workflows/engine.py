@@ -31,7 +31,7 @@ from app.config import MAX_COUNTDOWN
 from app.db import Publishable
 from app.delivery import dispatch, store
 from app.enums import Channel, EventType, Priority, RunStatus
-from app.services import intake
+from app.services import intake, templates
 from app.workflows.conditions import Facts, asks_subscriber, holds, lookup, message_steps
 
 # Digest items handed to the template, at most: `count` still says how many were gathered.
@@ -156,15 +156,7 @@ def _send(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved)
     """One message per run, written with one COPY, handed to prepare after the commit."""
     first = runs[0]
     channel = Channel(step["channel"])
-    pinned = session.execute(
-        text(
-            """
-            SELECT version, channel FROM templates WHERE project_id = :project AND key = :key
-            ORDER BY version DESC LIMIT 1
-            """
-        ),
-        {"project": first.project_id, "key": step["template"]},
-    ).first()
+    pinned = templates.latest(session, first.project_id, step["template"])
     if pinned is None or pinned.channel != channel:
         reason = f"template {step['template']!r} for {channel} is gone"
         for run in runs:

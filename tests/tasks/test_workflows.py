@@ -10,6 +10,8 @@ from sqlalchemy import text
 
 from app.db import session_scope
 from app.models import WorkflowTrigger
+from app.redis_client import redis_for
+from app.remembered import forget_all
 from app.workflows import service
 from tasks.workflows import redispatch_stalled, release_parked, workflow_step
 from tests.api.test_workflows import save, setup
@@ -113,6 +115,21 @@ def test_the_sweeper_takes_up_runs_whose_task_was_lost(project, engine, migrated
             {"ids": runs},
         ).scalar()
     assert touched == 2
+
+
+def test_a_send_step_whose_template_is_gone_fails_its_runs_and_writes_no_message(project, engine, migrated):
+    """Templates cannot be deleted through the API; rows removed underneath (and every process
+    told, as a deletion must) fail the step's runs with the reason instead of its task."""
+    runs = start(project, migrated, [{"send": {"channel": "sms", "template": "note-sms"}}])
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM templates WHERE project_id = :p"), {"p": project.id})
+    forget_all(redis_for(migrated.redis_url))
+    workflow_step(runs, 0)
+    assert state(engine, runs) == [("failed", 0, False, 1)] * 2
+    for run_id in runs:
+        [step] = project.call("GET", f"/v1/workflow-runs/{run_id}").get_json()["steps"]
+        assert (step["outcome"], step["message_id"]) == ("failed", None)
+        assert "template 'note-sms' for sms is gone" in str(step)
 
 
 def test_a_run_cancelled_before_its_first_step_sends_nothing(project, engine, migrated):
