@@ -6,23 +6,14 @@ It enqueues through POST /v1/messages/batch, so it passes once the batch API is 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "drain.py"
+from tests.loadtest.scripts import run_script
 
 
 def test_the_drain_reports_every_figure_and_every_message_ends_terminal(bench_env):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--batches", "2", "--recipients", "50", "--noop-tasks", "100", "--no-append"],
-        env=bench_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = run_script(
+        "drain.py", "--batches", "2", "--recipients", "50", "--noop-tasks", "100", "--no-append", env=bench_env
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
     assert re.search(r"^ceiling, raw COPY of the same 100 rows .*: \d+ rows/s$", out, re.MULTILINE)
     assert re.search(r"^ceiling, no-op Celery task: 100 drained in [\d.]+ s = \d+ tasks/s", out, re.MULTILINE)
     assert "mode batch (log provider, 100 messages per call):" in out

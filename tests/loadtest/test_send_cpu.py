@@ -4,26 +4,16 @@ figures and ratio are reported."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 from sqlalchemy import text
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "send_cpu.py"
+from tests.loadtest.scripts import run_script
+
 FIGURE = r"[\d.]+"
 
 
 def test_the_send_cpu_benchmark_reports_both_apps_and_their_ratio_per_round(bench_env, engine):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--sends", "100", "--rounds", "2", "--no-append"],
-        env=bench_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
+    out = run_script("send_cpu.py", "--sends", "100", "--rounds", "2", "--no-append", env=bench_env)
     for row in ("`POST /v1/messages`", "bare endpoint \\(INSERT \\+ publish\\)", "ours / bare, per round"):
         assert re.search(rf"^\| {row} \| {FIGURE} \| {FIGURE}, {FIGURE} \|$", out, re.M), row
     with engine.connect() as connection:  # the run cleans up after itself

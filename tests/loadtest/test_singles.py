@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "singles.py"
+from tests.loadtest.scripts import run_script
+
 # A busy machine sends late; the patience of 15 times the planned 2 s lets it send every slot all the same.
 ARGS = ["--clients", "4", "--seconds", "2", "--rate", "20", "--e2e-seconds", "2", "--patience", "15", "--no-append"]
 # What each run says after its count of accepted sends.
@@ -15,11 +13,7 @@ RATE = r"accepted in [\d.]+ s = \d+ req/s, p50 [\d.]+ ms, p99 [\d.]+ ms; errors:
 
 
 def test_the_load_reports_rates_latencies_and_backlog_and_loses_nothing(bench_env):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *ARGS], env=bench_env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
+    out = run_script("singles.py", *ARGS, env=bench_env)
     end_to_end = re.search(rf"^end to end at 20/s for 2 s \(4 clients; .*, skipped: (\d+)\): (\d+) {RATE}$", out, re.M)
     assert end_to_end, out
     skipped, accepted = map(int, end_to_end.groups())

@@ -7,11 +7,11 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "soak.py"
+from tests.loadtest.scripts import run_script
+
 # Where soak.py looks for it: beside this Python (a virtualenv's bin), then on the PATH.
 PY_SPY = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
@@ -26,9 +26,7 @@ TINY = [
 def soak(migrated, *args: str) -> str:
     """Run soak.py to its end against the session's PostgreSQL; its output."""
     env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
-    result = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    return result.stdout
+    return run_script("soak.py", *args, env=env, timeout=240)
 
 
 def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_and_loses_nothing(migrated, tmp_path):

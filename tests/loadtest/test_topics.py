@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "topics.py"
+from tests.loadtest.scripts import run_script
 
 
 def test_the_fan_out_reports_its_rate_beside_the_batch_apis_and_writes_one_message_per_member(bench_env):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--members", "12000", "--batches", "2", "--recipients", "50", "--no-append"],
-        env=bench_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = run_script(
+        "topics.py", "--members", "12000", "--batches", "2", "--recipients", "50", "--no-append", env=bench_env
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
     assert re.search(r"^batch API: 100 messages in 2 requests of 50: [\d,]+ accepted/s$", out, re.MULTILINE)
     assert re.search(r"^topic send: answered 202 in \d+ ms \(accepted 12,000\); every message written", out, re.M)
     assert re.search(r"^ratio fan-out / batch API: [\d.]+$", out, re.MULTILINE)

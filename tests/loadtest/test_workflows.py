@@ -4,23 +4,12 @@ exactly the runs whose first message was opened stopped at the branch."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "loadtest" / "workflows.py"
+from tests.loadtest.scripts import run_script
 
 
 def test_the_workflow_benchmark_reports_each_step_and_stops_exactly_the_opened_runs(bench_env):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--runs", "2000", "--delay", "2", "--no-append"],
-        env=bench_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
+    out = run_script("workflows.py", "--runs", "2000", "--delay", "2", "--no-append", env=bench_env)
     for step, name in enumerate(("send", "delay", "branch")):
         assert re.search(rf"^step {step} \({name}\): 2,000 runs in [\d.]+ s: [\d,]+ runs/s$", out, re.M), name
     assert re.search(r"^step 3 \(send again\): [\d,]+ runs", out, re.M)
