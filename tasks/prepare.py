@@ -86,18 +86,30 @@ def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
 
     if not runs.admit(ids, one_per_task, fail):
         return
+    taken: set[str] = set()
+
+    def step(part: Sequence[str]) -> None:
+        taken.update(prepare_batch(config, part))
+
+    def fail_alone(message_id: str, why: str) -> None:
+        taken.add(message_id)
+        fail(message_id, why)
+
     try:
-        isolation.in_halves(ids, lambda part: prepare_batch(config, part), fail)
+        isolation.in_halves(ids, step, fail_alone)
     finally:  # an exception ended the run, not a death: it counts for nothing
-        runs.finish(ids)
+        runs.finish(sorted(taken))
+        # Not this run's to count: another run holds them (whose death must still count), or done.
+        runs.undo(sorted(set(ids) - taken))
 
 
-def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
-    """One transaction over the batch: a fixed number of statements whatever its size."""
+def prepare_batch(config: Settings, ids: Sequence[str]) -> list[str]:
+    """One transaction over the batch: a fixed number of statements whatever its size. The
+    ids it took: rows another run holds, or no longer accepted, are not among them."""
     with session_scope(config.database_url) as session:
         rows = prepare_store.load(session, ids)
         if not rows:
-            return
+            return []
         circuits = CircuitBreakers(redis_for(config.redis_url), config.breaker).states(routing.fallible(config.chains))
         routes = routing.choose(config.chains, circuits)
         addresses = {row.id: resolve_address(row) for row in rows}
@@ -136,6 +148,7 @@ def prepare_batch(config: Settings, ids: Sequence[str]) -> None:
         for task in dispatch.deliver_by_lane(ready):
             enqueue_after_commit(session, task)
     instrument.prepared(redis_for(config.redis_url), rows, plan)
+    return [row.id for row in rows]
 
 
 def decide(

@@ -14,8 +14,9 @@ from sqlalchemy import text
 
 from app.delivery import dispatch
 from tasks.isolation import KILLED_RUNS, UnfinishedRuns, in_halves
+from tasks.prepare import prepare_chunk
 from tests.conftest import create_project
-from tests.faults.stack import insert_accepted, new_project, wait_until_terminal
+from tests.faults.stack import insert_accepted, new_project, statuses, wait_until_terminal
 from tests.provider_server import json_response
 
 
@@ -175,3 +176,22 @@ def test_counts_of_runs_that_died_decide_who_goes_alone_and_who_fails(settings):
     runs.undo(["b"])
     assert runs.client.hgetall(runs.key) == {b"c": str(KILLED_RUNS + 1).encode()}  # no count of none is kept
     runs.client.delete(runs.key)
+
+
+def test_a_prepare_run_that_finds_a_message_held_by_another_run_keeps_that_runs_count(migrated, engine):
+    """The sweeper may dispatch a message again while a run holds it. The second run skips it
+    and must not forget the deaths counted on it, or a message that kills every worker that
+    takes it would never be failed."""
+    held, free = insert_accepted(engine, new_project(engine), 2)
+    runs = UnfinishedRuns(redis.Redis.from_url(migrated.redis_url), "prepare")
+    runs.client.hset(runs.key, mapping={held: KILLED_RUNS - 2, free: KILLED_RUNS - 2})
+    with engine.connect() as holder:
+        holder.execute(text("SELECT 1 FROM messages WHERE id = CAST(:id AS uuid) FOR UPDATE"), {"id": held})
+        prepare_chunk(migrated, [held], "bulk")
+        assert runs.client.hget(runs.key, held) == str(KILLED_RUNS - 2).encode()
+        holder.rollback()
+    prepare_chunk(migrated, [free], "bulk")
+    prepare_chunk(migrated, [held], "bulk")
+    assert runs.client.hmget(runs.key, [held, free]) == [None, None]
+    prepared = statuses(engine, [held, free])
+    assert prepared.keys() == {held, free} and "accepted" not in prepared.values()
