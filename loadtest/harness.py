@@ -1,7 +1,7 @@
 """Servers and processes for the benchmarks in this folder and for the fault tests.
 
 `servers()` gives a run its PostgreSQL and Redis: the environment's, or embedded ones.
-`Processes` starts real `tidings` roles (the API under gunicorn, Celery workers, beat) or
+`Processes` starts real `tidings` roles (the API under gunicorn or granian, Celery workers, beat) or
 any other command as subprocesses, each in a session of its own with its own log file, so
 a run can signal one of them with its pool children, and stop them all at the end.
 """
@@ -143,10 +143,18 @@ class Processes:
         """`tidings api` (gunicorn) on a free loopback port; its URL once it answers."""
         return self.start_http(name, role("api", "--workers", str(workers)))
 
-    def start_http(self, name: str, command: Sequence[str]) -> str:
-        """A gunicorn server told its port by TIDINGS_PORT; its URL once it answers at all."""
+    def start_granian(self, name: str, factory: str, workers: int, threads: int) -> str:
+        """The WSGI app `factory` (module:function, in this folder) builds, under granian's WSGI
+        server with `workers` processes of `threads` threads each, as gunicorn runs the API."""
+        options = ["--interface", "wsgi", "--factory", "--no-access-log", "--working-dir", str(Path(__file__).parent)]
+        sizes = ["--workers", str(workers), "--blocking-threads", str(threads)]
+        return self.start_http(name, [sys.executable, "-m", "granian", *options, *sizes, factory], "Started worker-")
+
+    def start_http(self, name: str, command: Sequence[str], ready: str = "Booting worker") -> str:
+        """A server told its port by TIDINGS_PORT (gunicorn, through our settings) or GRANIAN_PORT;
+        its URL once it answers at all."""
         port = free_port()
-        self.start(name, command, ready="Booting worker", TIDINGS_PORT=str(port))
+        self.start(name, command, ready=ready, TIDINGS_PORT=str(port), GRANIAN_PORT=str(port))
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:

@@ -7,12 +7,13 @@ every message terminal at the end.
 
 Throughput (then, the workers stopped): the N clients (8 threads, each a requests.Session
 keeping its connection) send POST /v1/messages one after another for S seconds (30) to the
-API (`tidings api`: gunicorn, 2 workers), then the same to a bare endpoint under the same
-gunicorn settings that does one INSERT and one broker publish (loadtest/bare_api.py):
-req/s, p50/p99, and ours as a share of the bare one. Every id the API answered must be in
-PostgreSQL.
+API (`tidings api`: gunicorn, 2 workers; or with --server granian, granian's WSGI server
+with the same workers and threads), then the same to a bare endpoint under the same server
+settings that does one INSERT and one broker publish (loadtest/bare_api.py): req/s, p50/p99,
+and ours as a share of the bare one. Every id the API answered must be in PostgreSQL.
 
     python loadtest/singles.py [--clients 8] [--seconds 30] [--rate 400] [--e2e-seconds 60] [--layout split]
+        [--server gunicorn|granian]
 
 Against DATABASE_URL / REDIS_URL when set, embedded servers otherwise. Figures go to stdout
 and, unless --no-append, BENCHMARKS.md.
@@ -272,9 +273,20 @@ def purge(settings: Settings, queues: list[str]) -> None:
             connection.default_channel.queue_purge(queue)
 
 
+def start_server(processes: Processes, server: str, app: str, settings: Settings) -> str:
+    """`app` ("api": ours, or "bare") under `server`, with the API's workers and threads; its URL."""
+    if server == "granian":
+        return processes.start_granian(
+            app, f"granian_apps:{'ours' if app == 'api' else app}", API_WORKERS, settings.api_threads
+        )
+    if app == "api":
+        return processes.start_api(API_WORKERS)
+    return processes.start_http(app, [sys.executable, bare_api.__file__, "--workers", str(API_WORKERS)])
+
+
 def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
     """Every measurement of one run; the report's lines, and whether nothing was lost."""
-    lines = [f"API: gunicorn, {API_WORKERS} workers; end-to-end workers: {describe_layout(args.layout)}"]
+    lines = [f"API: {args.server}, {API_WORKERS} workers; end-to-end workers: {describe_layout(args.layout)}"]
     with servers() as urls, tempfile.TemporaryDirectory(prefix="singles-") as scratch:
         directory = Path(scratch)
         env = bench_env(urls, directory, EMAIL_PROVIDER="log")
@@ -287,7 +299,7 @@ def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
         processes = Processes(directory, env)
         try:
             key = projects.create_key(db, project_id, "singles", KeyKind.LIVE)["key"]
-            api = processes.start_api(API_WORKERS)
+            api = start_server(processes, args.server, "api", settings)
             whole = True
             if args.e2e_seconds:
                 workers = processes.start_workers(args.layout, all_queues(settings))
@@ -303,9 +315,10 @@ def bench(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines.append(f"  stored: {kept} of {len(ours.ids)} answered, {len(ours.ids) - kept} lost")
             whole = whole and kept == len(ours.ids)
             with bare_table(engine):
-                command = [sys.executable, bare_api.__file__, "--workers", str(API_WORKERS)]
-                bare = closed_loop(processes.start_http("bare", command), "", args.clients, args.seconds)
-            lines.append(f"bare endpoint (one INSERT + one publish, same gunicorn settings): {bare.describe()}")
+                bare = closed_loop(
+                    start_server(processes, args.server, "bare", settings), "", args.clients, args.seconds
+                )
+            lines.append(f"bare endpoint (one INSERT + one publish, same {args.server} settings): {bare.describe()}")
             lines.append(f"ours / bare: {len(ours.ids) / ours.seconds / (len(bare.ids) / bare.seconds):.2f}")
         finally:
             processes.stop()
@@ -326,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=2,
         help="the end-to-end run skips the slots left after this many times its length (default 2)",
+    )
+    parser.add_argument(
+        "--server",
+        choices=("gunicorn", "granian"),
+        default="gunicorn",
+        help="the WSGI server of ours and the bare endpoint",
     )
     parser.add_argument("--layout", choices=LAYOUTS, default="split", help="the Celery workers of the end-to-end run")
     parser.add_argument("--no-append", action="store_true", help="print only; leave BENCHMARKS.md alone")
