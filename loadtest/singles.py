@@ -276,9 +276,7 @@ def purge(settings: Settings, queues: list[str]) -> None:
 def start_server(processes: Processes, server: str, app: str, settings: Settings) -> str:
     """`app` ("api": ours, or "bare") under `server`, with the API's workers and threads; its URL."""
     if server == "granian":
-        return processes.start_granian(
-            app, f"granian_apps:{'ours' if app == 'api' else app}", API_WORKERS, settings.api_threads
-        )
+        return processes.start_granian(app, f"granian_apps:{app}", API_WORKERS, settings.api_threads)
     if app == "api":
         return processes.start_api(API_WORKERS)
     return processes.start_http(app, [sys.executable, bare_api.__file__, "--workers", str(API_WORKERS)])
