@@ -91,15 +91,12 @@ def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
     def step(part: Sequence[str]) -> None:
         taken.update(prepare_batch(config, part))
 
-    def fail_alone(message_id: str, why: str) -> None:
-        taken.add(message_id)
-        fail(message_id, why)
-
     try:
-        isolation.in_halves(ids, step, fail_alone)
+        isolation.in_halves(ids, step, fail)
     finally:  # an exception ended the run, not a death: it counts for nothing
         runs.finish(sorted(taken))
-        # Not this run's to count: another run holds them (whose death must still count), or done.
+        # Not this run's to count: another run holds them (whose death must still count), or
+        # done (one failed alone was finished by `fail`).
         runs.undo(sorted(set(ids) - taken))
 
 
