@@ -23,8 +23,10 @@ terminal or in flight, and every one the database calls sent is in the provider'
 Over the second half it measures where the CPU goes: milliseconds per delivered
 notification for each kind of process (the API, the workers by stage — split them with
 --split-stages to tell prepare from deliver —, beat, PostgreSQL, Redis, the fake provider,
-this load generator) and all together, from /proc; and, when PostgreSQL keeps
-pg_stat_statements, its costliest statements per notification (see statements.py).
+this load generator) and all together, from /proc; the row versions written per
+notification to each table, and how many updates were HOT (see row_versions.py); and, when
+PostgreSQL keeps pg_stat_statements, its costliest statements per notification (see
+statements.py).
 It writes samples.csv, soak.png and the processes' logs into loadtest/results/<run>/,
 and appends the figures to BENCHMARKS.md (unless --no-record).
 
@@ -55,6 +57,7 @@ from datetime import datetime
 from pathlib import Path
 
 import hotspots
+import row_versions
 import statements
 from api_client import Api, Calls
 from engagement import ENGAGEMENT_THREADS, Deliveries, Engagement
@@ -155,11 +158,16 @@ class Soak:
         self.lagging = 0
         self.warm_until = 0.0  # wall-clock time before which the ramp's step is warming up
         self.kinds = process_kinds(list(self.roles), layout_from(args))
-        self.counting_statements = False  # from the measured soak's start, when PostgreSQL keeps them
-        self.statement_totals: dict[float, dict[int, statements.Statement]] = {}  # by the time of the sample
+        self.counting = False  # from the measured soak's start
+        self.counting_statements = False  # the same, when PostgreSQL keeps them
+        # By the time of the sample:
+        self.row_totals: dict[float, dict[str, row_versions.Writes]] = {}
+        self.statement_totals: dict[float, dict[int, statements.Statement]] = {}
 
     def on_sample(self, sample: Sample) -> None:
         self.watch_for_lag(sample)
+        if self.counting:
+            self.row_totals[sample.at] = row_versions.snapshot(self.db)
         if self.counting_statements:
             self.statement_totals[sample.at] = statements.snapshot(self.db)
 
@@ -364,8 +372,8 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
 
 def per_notification(soak: Soak, rate: float, window: Window) -> tuple[list[str], list[str]]:
     """Where the CPU went per notification delivered in the second half (from its first
-    sample to the window's last), by kind of process; then PostgreSQL's statements as a
-    table, or a line saying why there is none."""
+    sample to the window's last), by kind of process; then as tables the row versions
+    written, and PostgreSQL's statements or a line saying why there are none."""
     samples = [s for s in soak.sampler.samples if window.half <= s.at <= window.ended]
     if len(samples) < 2:
         return ["CPU ms per delivered notification: fewer than two samples in the second half"], []
@@ -381,14 +389,17 @@ def per_notification(soak: Soak, rate: float, window: Window) -> tuple[list[str]
         + ", ".join(f"{kind} {ms:.2f}" for kind, ms in cpu.items() if kind != ALL_PROCESSES)
         + f"; {ALL_PROCESSES} {cpu[ALL_PROCESSES]:.2f} ({cores} cores allow {1000 * cores / rate:.2f} at {rate:g}/s)"
     )
+    written = row_versions.since(soak.row_totals[start.at], soak.row_totals[end.at])
+    tables = ["Row versions written per delivered notification, second half", ""]
+    tables += row_versions.table(written, delivered)
     if window.without_statements:
-        return [line, f"statements: {window.without_statements}"], []
+        return [line, f"statements: {window.without_statements}"], tables
     counted = statements.since(soak.statement_totals[start.at], soak.statement_totals[end.at])
     heading = (
         f"PostgreSQL statements per delivered notification, second half: the top {statements.TOP} by time, "
         f"and any run at least {statements.FREQUENT:g} times a notification"
     )
-    return [line], [heading, "", *statements.table(counted, delivered)]
+    return [line], [*tables, "", heading, "", *statements.table(counted, delivered)]
 
 
 def usage_by_role(samples: list[Sample]) -> str:
@@ -437,7 +448,7 @@ class Outcome:
     started: float
     title: str
     marks: dict[str, float]  # labelled moments for the plot
-    table: list[str] = field(default_factory=list)  # PostgreSQL's statements, in Markdown
+    table: list[str] = field(default_factory=list)  # row versions and statements, in Markdown
 
 
 def run(args: argparse.Namespace, run_dir: Path) -> Outcome:
@@ -464,7 +475,7 @@ def measure(soak: Soak) -> Outcome:
             rate = held
         print(f"soak at {rate:g}/s for {clock(args.duration)} …", flush=True)
         without_statements = statements.start(soak.db)
-        soak.counting_statements = without_statements is None
+        soak.counting, soak.counting_statements = True, without_statements is None
         bytes_before, began, first_job = database_bytes(soak.db), time.time(), len(soak.pacer.lags)
         profiling = (min(args.settle, args.duration / 3), min(60, args.duration / 3)) if args.profile else None
         profiler = threading.Thread(target=soak.profile, args=profiling) if profiling else None

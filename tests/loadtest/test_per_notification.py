@@ -1,4 +1,5 @@
-"""The soak's figures per notification: CPU by kind of process, and PostgreSQL's statements."""
+"""The soak's figures per notification: CPU by kind of process, row versions by table, and
+PostgreSQL's statements."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
 
+import row_versions
 from soak import process_kinds
 from statements import Statement, shape, since, table
 from usage import ALL_PROCESSES, RoleUsage, ms_per_notification
@@ -96,3 +100,43 @@ def test_a_long_statement_is_cut_to_the_width_of_the_table():
     [row] = table([Statement("SELECT " + "x, " * 60 + "y FROM t", 1, 1.0, 1, 1)], notifications=1)[2:3]
     shown = row.split("`")[1]
     assert len(shown) == 100 and shown.endswith("…")
+
+
+def test_row_versions_count_what_postgresql_wrote_to_each_table_and_which_updates_were_hot(engine):
+    db = sessionmaker(engine)
+    with db() as session:  # fillfactor 50: an update of an unindexed column finds room on its page
+        session.execute(text("CREATE TABLE row_versions_probe (id int PRIMARY KEY, note text) WITH (fillfactor = 50)"))
+        session.commit()
+    try:
+        before = row_versions.snapshot(db)
+        with db() as session:
+            session.execute(text("INSERT INTO row_versions_probe SELECT n, 'a' FROM generate_series(1, 10) n"))
+            session.execute(text("UPDATE row_versions_probe SET note = 'b'"))  # 10 HOT
+            session.execute(text("UPDATE row_versions_probe SET id = id + 100 WHERE id <= 4"))  # 4 not HOT
+            session.execute(text("DELETE FROM row_versions_probe WHERE id IN (9, 10)"))
+            session.execute(text("SELECT pg_stat_force_next_flush()"))  # flushed as the session goes idle
+            session.commit()
+        written = row_versions.since(before, row_versions.snapshot(db))
+    finally:
+        with db() as session:
+            session.execute(text("DROP TABLE row_versions_probe"))
+            session.commit()
+    assert written["row_versions_probe"] == row_versions.Writes(inserted=10, updated=14, hot=10, deleted=2)
+    assert written["row_versions_probe"].versions == 24
+
+
+def test_the_row_versions_table_shows_the_tables_written_most_per_notification_and_all_tables_last():
+    written = {
+        "messages": row_versions.Writes(inserted=100, updated=300, hot=75, deleted=0),
+        "events": row_versions.Writes(inserted=30, updated=0, hot=0, deleted=10),
+        "projects": row_versions.Writes(inserted=0, updated=0, hot=0, deleted=0),  # below SHOWN
+    }
+    assert row_versions.table(written, notifications=100) == [
+        "| table | row versions/notif. | inserted | updated | of them HOT | deleted |",
+        "|---|---:|---:|---:|---:|---:|",
+        "| `messages` | 4.00 | 1.00 | 3.00 | 25% | 0.00 |",
+        "| `events` | 0.30 | 0.30 | 0.00 | — | 0.10 |",
+        "| all 3 tables | 4.30 | 1.30 | 3.00 | 25% | 0.10 |",
+    ]
+    with pytest.raises(ValueError):
+        row_versions.table(written, notifications=0)

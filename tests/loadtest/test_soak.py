@@ -52,6 +52,9 @@ def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_
         r"^CPU ms per delivered notification, second half \(0m0\d\.\ds, [1-9][\d,]* delivered\): API [\d.]+, "
         r"prepare worker [\d.]+, deliver worker [\d.]+, beat [\d.]+, (?:PostgreSQL [\d.]+, )?Redis [\d.]+, "
         r"fake provider [\d.]+, load generator [\d.]+; all processes [\d.]+ \(\d+ cores allow [\d.]+ at 20/s\)$",
+        r"^Row versions written per delivered notification, second half$",
+        r"^\| `messages` \| [\d.]*[1-9][\d.]* \| [\d.]+ \| [\d.]+ \| (?:\d+%|—) \| [\d.]+ \|$",
+        r"^\| all \d+ tables \| [\d.]*[1-9][\d.]* \|",
         # The table when the server preloads pg_stat_statements, else why not.
         r"^(?:statements: .*pg_stat_statements.*|\| all \d+ statements \| [\d.]+ \|.*)$",
     ]
