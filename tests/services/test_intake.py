@@ -171,6 +171,24 @@ def test_new_ids_are_version_7_uuids_in_time_order():
     assert len(set(first)) == 3
 
 
+def test_a_send_names_its_messages_with_time_ordered_ids_as_a_batch_does(engine, project_id):
+    common = intake.Common(channel=Channel.EMAIL, priority=Priority.TRANSACTIONAL, subject="Ordered")
+    ids = []
+    for n in range(3):
+        time.sleep(0.002)  # a new millisecond for each send, which the ids must follow
+        with Session(engine) as session, session.begin():
+            [row] = intake.insert_messages(session, project_id, common, [intake.Recipient(to_address=f"{n}@e.test")])
+        ids.append(row.id)
+    assert {(i.version, i.variant) for i in ids} == {(7, uuid.RFC_4122)}
+    assert ids == sorted(ids)
+    with engine.connect() as connection:
+        stored_ids = connection.scalars(
+            text("SELECT m.id FROM messages m JOIN message_contents c ON c.message_id = m.id WHERE m.project_id = :p"),
+            {"p": project_id},
+        ).all()
+    assert sorted(stored_ids) == ids
+
+
 def test_copy_stores_a_batchs_files_once_and_every_message_names_them(engine, project_id):
     common = intake.Common(
         channel=Channel.EMAIL,
