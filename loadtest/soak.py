@@ -24,7 +24,7 @@ Over the second half it measures where the CPU goes: milliseconds per delivered
 notification for each kind of process (the API, the workers by stage — split them with
 --split-stages to tell prepare from deliver —, beat, PostgreSQL, Redis, the fake provider,
 this load generator) and all together, from /proc; the row versions written per
-notification to each table, and how many updates were HOT (see row_versions.py); and, when
+notification to each table, how many updates were HOT, and the WAL (see pg_writes.py); and, when
 PostgreSQL keeps pg_stat_statements, its costliest statements per notification (see
 statements.py).
 It writes samples.csv, soak.png and the processes' logs into loadtest/results/<run>/,
@@ -57,7 +57,7 @@ from datetime import datetime
 from pathlib import Path
 
 import hotspots
-import row_versions
+import pg_writes
 import statements
 from api_client import Api, Calls
 from engagement import ENGAGEMENT_THREADS, Deliveries, Engagement
@@ -161,13 +161,13 @@ class Soak:
         self.counting = False  # from the measured soak's start
         self.counting_statements = False  # the same, when PostgreSQL keeps them
         # By the time of the sample:
-        self.row_totals: dict[float, dict[str, row_versions.Writes]] = {}
+        self.writes: dict[float, pg_writes.Written] = {}
         self.statement_totals: dict[float, dict[int, statements.Statement]] = {}
 
     def on_sample(self, sample: Sample) -> None:
         self.watch_for_lag(sample)
         if self.counting:
-            self.row_totals[sample.at] = row_versions.snapshot(self.db)
+            self.writes[sample.at] = pg_writes.snapshot(self.db)
         if self.counting_statements:
             self.statement_totals[sample.at] = statements.snapshot(self.db)
 
@@ -373,7 +373,7 @@ def summary(soak: Soak, rate: float, window: Window) -> tuple[list[str], int]:
 def per_notification(soak: Soak, rate: float, window: Window) -> tuple[list[str], list[str]]:
     """Where the CPU went per notification delivered in the second half (from its first
     sample to the window's last), by kind of process; then as tables the row versions
-    written, and PostgreSQL's statements or a line saying why there are none."""
+    and WAL written, and PostgreSQL's statements or a line saying why there are none."""
     samples = [s for s in soak.sampler.samples if window.half <= s.at <= window.ended]
     if len(samples) < 2:
         return ["CPU ms per delivered notification: fewer than two samples in the second half"], []
@@ -389,9 +389,9 @@ def per_notification(soak: Soak, rate: float, window: Window) -> tuple[list[str]
         + ", ".join(f"{kind} {ms:.2f}" for kind, ms in cpu.items() if kind != ALL_PROCESSES)
         + f"; {ALL_PROCESSES} {cpu[ALL_PROCESSES]:.2f} ({cores} cores allow {1000 * cores / rate:.2f} at {rate:g}/s)"
     )
-    written = row_versions.since(soak.row_totals[start.at], soak.row_totals[end.at])
+    written = pg_writes.since(soak.writes[start.at], soak.writes[end.at])
     tables = ["Row versions written per delivered notification, second half", ""]
-    tables += row_versions.table(written, delivered)
+    tables += pg_writes.table(written, delivered)
     if window.without_statements:
         return [line, f"statements: {window.without_statements}"], tables
     counted = statements.since(soak.statement_totals[start.at], soak.statement_totals[end.at])

@@ -12,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
 
-import row_versions
+import pg_writes
 from soak import process_kinds
 from statements import Statement, shape, since, table
 from usage import ALL_PROCESSES, RoleUsage, ms_per_notification
@@ -108,7 +108,7 @@ def test_row_versions_count_what_postgresql_wrote_to_each_table_and_which_update
         session.execute(text("CREATE TABLE row_versions_probe (id int PRIMARY KEY, note text) WITH (fillfactor = 50)"))
         session.commit()
     try:
-        before = row_versions.snapshot(db)
+        before = pg_writes.snapshot(db)
         with db() as session:
             session.execute(text("INSERT INTO row_versions_probe SELECT n, 'a' FROM generate_series(1, 10) n"))
             session.execute(text("UPDATE row_versions_probe SET note = 'b'"))  # 10 HOT
@@ -116,27 +116,31 @@ def test_row_versions_count_what_postgresql_wrote_to_each_table_and_which_update
             session.execute(text("DELETE FROM row_versions_probe WHERE id IN (9, 10)"))
             session.execute(text("SELECT pg_stat_force_next_flush()"))  # flushed as the session goes idle
             session.commit()
-        written = row_versions.since(before, row_versions.snapshot(db))
+        written = pg_writes.since(before, pg_writes.snapshot(db))
     finally:
         with db() as session:
             session.execute(text("DROP TABLE row_versions_probe"))
             session.commit()
-    assert written["row_versions_probe"] == row_versions.Writes(inserted=10, updated=14, hot=10, deleted=2)
-    assert written["row_versions_probe"].versions == 24
+    assert written.tables["row_versions_probe"] == pg_writes.Writes(inserted=10, updated=14, hot=10, deleted=2)
+    assert written.tables["row_versions_probe"].versions == 24
+    assert written.wal_bytes > 0
 
 
-def test_the_row_versions_table_shows_the_tables_written_most_per_notification_and_all_tables_last():
-    written = {
-        "messages": row_versions.Writes(inserted=100, updated=300, hot=75, deleted=0),
-        "events": row_versions.Writes(inserted=30, updated=0, hot=0, deleted=10),
-        "projects": row_versions.Writes(inserted=0, updated=0, hot=0, deleted=0),  # below SHOWN
+def test_the_writes_table_shows_the_tables_written_most_per_notification_all_tables_last_then_the_wal():
+    tables = {
+        "messages": pg_writes.Writes(inserted=100, updated=300, hot=75, deleted=0),
+        "events": pg_writes.Writes(inserted=30, updated=0, hot=0, deleted=10),
+        "projects": pg_writes.Writes(inserted=0, updated=0, hot=0, deleted=0),  # below SHOWN
     }
-    assert row_versions.table(written, notifications=100) == [
+    written = pg_writes.Written(tables, wal_bytes=350_000, full_pages=25)
+    assert pg_writes.table(written, notifications=100) == [
         "| table | row versions/notif. | inserted | updated | of them HOT | deleted |",
         "|---|---:|---:|---:|---:|---:|",
         "| `messages` | 4.00 | 1.00 | 3.00 | 25% | 0.00 |",
         "| `events` | 0.30 | 0.30 | 0.00 | — | 0.10 |",
         "| all 3 tables | 4.30 | 1.30 | 3.00 | 25% | 0.10 |",
+        "",
+        "WAL: 3,500 bytes per notification, 0.25 whole pages logged (full-page images)",
     ]
     with pytest.raises(ValueError):
-        row_versions.table(written, notifications=0)
+        pg_writes.table(written, notifications=0)

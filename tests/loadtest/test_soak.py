@@ -55,6 +55,7 @@ def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_
         r"^Row versions written per delivered notification, second half$",
         r"^\| `messages` \| [\d.]*[1-9][\d.]* \| [\d.]+ \| [\d.]+ \| (?:\d+%|—) \| [\d.]+ \|$",
         r"^\| all \d+ tables \| [\d.]*[1-9][\d.]* \|",
+        r"^WAL: [1-9][\d,]* bytes per notification, [\d.]+ whole pages logged \(full-page images\)$",
         # The table when the server preloads pg_stat_statements, else why not.
         r"^(?:statements: .*pg_stat_statements.*|\| all \d+ statements \| [\d.]+ \|.*)$",
     ]

@@ -1,12 +1,14 @@
-"""Row versions PostgreSQL wrote per notification, by table, from pg_stat_user_tables.
+"""What PostgreSQL wrote per notification: row versions by table (pg_stat_user_tables), and WAL.
 
 Every INSERT and every UPDATE writes a row version: an UPDATE that is not HOT also adds an
 entry to each index whose predicate the new version meets, and leaves a dead version for
 VACUUM. So the count of versions a notification costs, and how many of its updates were
 HOT, say what a change to the pipeline's status transitions saved, beside the statements
-(statements.py) and the CPU. Any PostgreSQL keeps these counters, the embedded one too.
-They reach the view a second or so after each transaction (its statistics are flushed in
-intervals), which is nothing over a window of minutes.
+(statements.py) and the CPU. The WAL's bytes, and how many of its records were whole
+pages (the first change to a page after a checkpoint logs all of it), say what each
+version and index entry cost on top, in writes to disk and in CPU. Any PostgreSQL keeps
+these counters, the embedded one too. Table counts reach the view a second or so after each
+transaction (its statistics are flushed in intervals), which is nothing over minutes.
 """
 
 from __future__ import annotations
@@ -53,27 +55,44 @@ class Writes:
 NONE = Writes(0, 0, 0, 0)
 
 
-def snapshot(db: sessionmaker[Session]) -> dict[str, Writes]:
-    """This database's tables and what was written to each so far."""
+@dataclass(frozen=True)
+class Written:
+    """What was written to each table, and the WAL: since the server began, or between two snapshots."""
+
+    tables: Mapping[str, Writes]
+    wal_bytes: int  # the whole server's, as WAL is
+    full_pages: int
+
+
+def snapshot(db: sessionmaker[Session]) -> Written:
+    """This database's tables and what was written to each so far, and the server's WAL."""
     with db() as session:
         rows = session.execute(
             text("SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables")
         ).all()
-    return {name: Writes(int(ins), int(upd), int(hot), int(dele)) for name, ins, upd, hot, dele in rows}
+        wal_bytes, full_pages = session.execute(
+            text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal")
+        ).one()
+    tables = {name: Writes(int(ins), int(upd), int(hot), int(dele)) for name, ins, upd, hot, dele in rows}
+    return Written(tables, int(wal_bytes), int(full_pages))
 
 
-def since(before: Mapping[str, Writes], after: Mapping[str, Writes]) -> dict[str, Writes]:
-    """What was written to each table between two snapshots (tables written to only)."""
-    written = {name: now - before.get(name, NONE) for name, now in after.items()}
-    return {name: writes for name, writes in written.items() if writes != NONE}
+def since(before: Written, after: Written) -> Written:
+    """What was written between two snapshots (of the tables, those written to only)."""
+    tables = {name: now - before.tables.get(name, NONE) for name, now in after.tables.items()}
+    return Written(
+        {name: writes for name, writes in tables.items() if writes != NONE},
+        after.wal_bytes - before.wal_bytes,
+        after.full_pages - before.full_pages,
+    )
 
 
-def table(written: Mapping[str, Writes], notifications: int) -> list[str]:
+def table(written: Written, notifications: int) -> list[str]:
     """A Markdown table, per notification, of the tables given at least SHOWN row versions
-    a notification, most first; all tables as the last row."""
+    a notification, most first, and all tables as the last row; then a line for the WAL."""
     if notifications <= 0:
         raise ValueError("figures per notification need at least one notification")
-    ranked = sorted(written.items(), key=lambda item: item[1].versions, reverse=True)
+    ranked = sorted(written.tables.items(), key=lambda item: item[1].versions, reverse=True)
     shown = [(f"`{name}`", writes) for name, writes in ranked if writes.versions >= SHOWN * notifications]
     every = sum((writes for _, writes in ranked), NONE)
     lines = [
@@ -86,4 +105,9 @@ def table(written: Mapping[str, Writes], notifications: int) -> list[str]:
             f"| {label} | {w.versions / notifications:.2f} | {w.inserted / notifications:.2f} | "
             f"{w.updated / notifications:.2f} | {hot} | {w.deleted / notifications:.2f} |"
         )
+    lines += [
+        "",
+        f"WAL: {written.wal_bytes / notifications:,.0f} bytes per notification, "
+        f"{written.full_pages / notifications:.2f} whole pages logged (full-page images)",
+    ]
     return lines
