@@ -4,9 +4,9 @@ Every INSERT and every UPDATE writes a row version: an UPDATE that is not HOT al
 entry to each index whose predicate the new version meets, and leaves a dead version for
 VACUUM. So the count of versions a notification costs, and how many of its updates were
 HOT, say what a change to the pipeline's status transitions saved, beside the statements
-(statements.py) and the CPU. The WAL's bytes, and how many of its records were whole
-pages (the first change to a page after a checkpoint logs all of it), say what each
-version and index entry cost on top, in writes to disk and in CPU. Any PostgreSQL keeps
+(statements.py) and the CPU. The WAL's bytes, and how many whole pages it logged (the
+first change to a page after a checkpoint logs all of it), say what each version and
+index entry cost on top, in writes to disk and in CPU. Any PostgreSQL keeps
 these counters, the embedded one too. Table counts reach the view a second or so after each
 transaction (its statistics are flushed in intervals), which is nothing over minutes.
 """

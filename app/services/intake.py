@@ -20,8 +20,8 @@ Each stores the files once, in one more statement, for all the messages it wrote
 send, once, when the API accepts it). Each names its messages with time-ordered ids
 (`new_message_ids`), so both primary keys grow at their right edge: a random id lands on a
 random page of an index the size of the whole table, and after every checkpoint the first
-change to each page writes the whole page to the WAL (single sends: 12.4 → 3.5 KB of WAL
-per send on a table of a million messages, BENCHMARKS.md).
+change to each page writes the whole page to the WAL (single sends: 12.8 → 3.7 KB of WAL
+per send into a project of a million messages, `loadtest/insert_ids.py`).
 
 Both take a session and never commit: the caller owns the transaction, and publishes the
 prepare tasks after it commits.
