@@ -24,8 +24,9 @@ from collections.abc import Callable
 from statistics import median
 
 from harness import servers
+from pg_writes import wal
 from report import append_section
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from app.runtime import migrate
 from app.services.intake import new_message_ids
@@ -54,23 +55,17 @@ KINDS: dict[str, Callable[[], str]] = {
 }
 
 
-def wal_position(cursor) -> tuple[int, int]:
-    """The server's WAL written so far, in bytes, and its full-page images."""
-    cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal")
-    written, full_pages = cursor.fetchone()
-    return int(written), int(full_pages)
-
-
-def round_of(connection, project: str, new_id: Callable[[], str], inserts: int) -> tuple[float, float, float]:
+def round_of(
+    connection: Connection, project: str, new_id: Callable[[], str], inserts: int
+) -> tuple[float, float, float]:
     """WAL bytes, full-page images and wall milliseconds per send, over `inserts` sends after a checkpoint."""
-    cursor = connection.cursor()
-    cursor.execute("CHECKPOINT")
-    wal_before, pages_before = wal_position(cursor)
+    connection.exec_driver_sql("CHECKPOINT")
+    wal_before, pages_before = wal(connection)
     started = time.perf_counter()
     for n in range(inserts):
-        cursor.execute(SEND, {"id": new_id(), "project": project, "subscriber": f"sub-{n}"})
+        connection.exec_driver_sql(SEND, {"id": new_id(), "project": project, "subscriber": f"sub-{n}"})
     elapsed = time.perf_counter() - started
-    wal_after, pages_after = wal_position(cursor)
+    wal_after, pages_after = wal(connection)
     return (wal_after - wal_before) / inserts, (pages_after - pages_before) / inserts, elapsed * 1000 / inserts
 
 
@@ -89,20 +84,19 @@ def main(argv: list[str] | None = None) -> int:
         migrate.upgrade(urls["DATABASE_URL"])
         # Every send its own transaction, and CHECKPOINT and VACUUM outside one.
         engine = create_engine(urls["DATABASE_URL"], isolation_level="AUTOCOMMIT")
-        connection = engine.raw_connection()
-        cursor = connection.cursor()
-        cursor.execute("INSERT INTO projects (id, name, channels) VALUES (%s, 'Insert ids', '{email}')", [project])
-        try:
-            print(f"filling {args.rows:,} messages …", flush=True)
-            cursor.execute(FILL, {"project": project, "rows": args.rows})
-            cursor.execute("VACUUM ANALYZE messages, message_contents")
-            for _ in range(args.rounds):
-                for kind, new_id in KINDS.items():
-                    figures[kind].append(round_of(connection, project, new_id, args.inserts))
-        finally:
-            cursor.execute("DELETE FROM projects WHERE id = %s", [project])  # its messages go with it
-            connection.close()
-            engine.dispose()
+        with engine.connect() as connection:
+            sql = connection.exec_driver_sql
+            sql("INSERT INTO projects (id, name, channels) VALUES (%(p)s, 'Insert ids', '{email}')", {"p": project})
+            try:
+                print(f"filling {args.rows:,} messages …", flush=True)
+                sql(FILL, {"project": project, "rows": args.rows})
+                sql("VACUUM ANALYZE messages, message_contents")
+                for _ in range(args.rounds):
+                    for kind, new_id in KINDS.items():
+                        figures[kind].append(round_of(connection, project, new_id, args.inserts))
+            finally:
+                sql("DELETE FROM projects WHERE id = %(p)s", {"p": project})  # its messages go with it
+        engine.dispose()
     lines = [
         f"{args.inserts:,} single sends per round and kind, {args.rounds} rounds, each after a CHECKPOINT, "
         f"into a project of {args.rows:,} messages",

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 
 SHOWN = 0.01  # row versions per notification that put a table in the table
+WAL = text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal")
 
 
 @dataclass(frozen=True)
@@ -64,17 +65,21 @@ class Written:
     full_pages: int
 
 
+def wal(db: Session | Connection) -> tuple[int, int]:
+    """The server's WAL written so far, in bytes, and the whole pages it logged."""
+    written, full_pages = db.execute(WAL).one()
+    return int(written), int(full_pages)
+
+
 def snapshot(db: sessionmaker[Session]) -> Written:
     """This database's tables and what was written to each so far, and the server's WAL."""
     with db() as session:
         rows = session.execute(
             text("SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables")
         ).all()
-        wal_bytes, full_pages = session.execute(
-            text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal")
-        ).one()
+        wal_bytes, full_pages = wal(session)
     tables = {name: Writes(int(ins), int(upd), int(hot), int(dele)) for name, ins, upd, hot, dele in rows}
-    return Written(tables, int(wal_bytes), int(full_pages))
+    return Written(tables, wal_bytes, full_pages)
 
 
 def since(before: Written, after: Written) -> Written:
