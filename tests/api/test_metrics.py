@@ -123,10 +123,12 @@ def test_every_family_is_exposed_after_a_real_send(client, project, engine, fake
     assert value(after["tidings_pending_messages"], "tidings_pending_messages", **lane) >= 1
     assert value(after["tidings_oldest_pending_seconds"], "tidings_oldest_pending_seconds", **lane) >= 0
 
+    # What this test left waiting would otherwise reach the session's fake provider during a
+    # later test: the retry after its backoff (up to 30 s), the postponed one on resume.
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"),
-            {"ids": [waiting, postponed]},
+            {"ids": [retried, waiting, postponed]},
         )
 
 
