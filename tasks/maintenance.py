@@ -98,7 +98,7 @@ def sweep() -> dict[str, int]:
     client = redis_for(config.redis_url)
     dead = silent_workers(config, client)
     with session_scope(config.database_url) as session:
-        stalled = redispatch_stalled(session, stalled_for(config, dead))
+        stalled = redispatch_stalled(session, stalled_for(config, dead), spare=bool(dead))
         fanouts = redispatch_stalled_fanouts(session, config.stalled_after)
         runs = workflows.redispatch_stalled(session, config.stalled_after)
         abandoned = settle_abandoned(session, config, [d.worker for d in dead])
@@ -140,8 +140,10 @@ def stalled_for(config: Settings, dead: Sequence[heartbeats.Silent]) -> float:
     return max(min(since_death, config.stalled_after), config.worker_heartbeat)
 
 
-def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
-    """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task."""
+def redispatch_stalled(session: Session, seconds: float, spare: bool = False) -> Sequence[Row]:
+    """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task;
+    with a `spare` token per bulk chunk when a worker died, whose tokens may have left
+    their chunks on the lanes (app/delivery/fairness.py FairChunks)."""
     stalled = session.execute(
         text(
             """
@@ -155,8 +157,8 @@ def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
         ),
         {"batch": BATCH, "stalled": seconds},
     ).all()
-    enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
-    enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
+    enqueue_prepare(session, [r for r in stalled if r.status == "accepted"], spare)
+    enqueue_deliver(session, [r for r in stalled if r.status == "ready"], spare)
     return stalled
 
 
@@ -271,16 +273,17 @@ def abandoned_event(row: Row) -> store.NewEvent:
     return store.NewEvent(row.id, row.project_id, kind, {"attempt": row.attempts, "reason": reason})
 
 
-def enqueue_prepare(session: Session, rows: Sequence[Row]) -> None:
+def enqueue_prepare(session: Session, rows: Sequence[Row], spare: bool = False) -> None:
     """Per priority and project: bulk work goes back to its project's turn (app/delivery/fairness.py)."""
     by_lane: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
         by_lane[(row.priority, row.project_id)].append(row.id)
     for (priority, project), ids in by_lane.items():
-        for signature in dispatch.prepare(ids, priority, project=project):
+        for signature in dispatch.prepare(ids, priority, project=project, spare=spare):
             enqueue_after_commit(session, signature)
 
 
-def enqueue_deliver(session: Session, rows: Sequence[Row]) -> None:
-    for task in dispatch.deliver_by_lane((row.id, row.provider, row.priority, row.project_id) for row in rows):
+def enqueue_deliver(session: Session, rows: Sequence[Row], spare: bool = False) -> None:
+    messages = ((row.id, row.provider, row.priority, row.project_id) for row in rows)
+    for task in dispatch.deliver_by_lane(messages, spare):
         enqueue_after_commit(session, task)

@@ -26,13 +26,16 @@ WEBHOOK_CHUNK = 50
 MIN_DELIVER_CHUNK = 50
 
 
-def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None) -> list[Publishable]:
-    """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py)."""
+def prepare(
+    ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None, spare: bool = False
+) -> list[Publishable]:
+    """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py),
+    with a `spare` token each where the sweeper queues them again for a dead worker."""
     chunks = _chunks(ids, size)
     queue = prepare_queue(priority)
     if project is not None and priority == Priority.BULK:
         token = celery_app.signature("tidings.prepare_next", args=(priority,), queue=queue)
-        return _in_turn(project, queue, token, chunks)
+        return _in_turn(project, queue, token, chunks, spare=spare)
     return [celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in chunks]
 
 
@@ -69,14 +72,17 @@ def deliver(
     countdown: float = 0,
     size: int | None = None,
     project: str | None = None,
+    spare: bool = False,
 ) -> list[Publishable]:
     """Deliver tasks for `ids`; a project's bulk ones wait their project's turn, and those
-    put off by `countdown` (a provider's pace or pause) go first when that turn comes."""
+    put off by `countdown` (a provider's pace or pause) go first when that turn comes;
+    `spare` as for `prepare`."""
     options = {"countdown": countdown} if countdown > 0 else {}
     chunks = _chunks(ids, size or deliver_chunk(provider))
     queue = deliver_queue(provider, priority)
     if project is not None and priority == Priority.BULK:
-        return _in_turn(project, queue, deliver_token(provider, priority, countdown), chunks, ahead=bool(options))
+        token = deliver_token(provider, priority, countdown)
+        return _in_turn(project, queue, token, chunks, ahead=bool(options), spare=spare)
     return [
         celery_app.signature("tidings.deliver", args=(provider, chunk, priority), queue=queue, **options)
         for chunk in chunks
@@ -95,7 +101,7 @@ def deliver_token(provider: str, priority: str, countdown: float = 0) -> Signatu
     return celery_app.signature("tidings.deliver_next", args=(provider, priority), queue=queue, **options)
 
 
-def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publishable]:
+def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]], spare: bool = False) -> list[Publishable]:
     """Deliver tasks for (id, provider, priority, project) of many lanes: bulk ones per
     project, each to wait its project's turn; the others per lane, many projects a batch."""
     lanes: dict[tuple[str, str, str | None], list[str]] = defaultdict(list)
@@ -104,7 +110,7 @@ def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publi
     return [
         task
         for (provider, priority, project), ids in lanes.items()
-        for task in deliver(provider, priority, ids, project=project)
+        for task in deliver(provider, priority, ids, project=project, spare=spare)
     ]
 
 
@@ -132,9 +138,9 @@ def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signatur
 
 
 def _in_turn(
-    project: str, queue: str, token: Signature, chunks: list[list[str]], ahead: bool = False
+    project: str, queue: str, token: Signature, chunks: list[list[str]], ahead: bool = False, spare: bool = False
 ) -> list[Publishable]:
-    return [FairChunks(project, queue, token, chunks, ahead)] if chunks else []
+    return [FairChunks(project, queue, token, chunks, ahead, spare)] if chunks else []
 
 
 def _chunks(ids: Sequence[str], size: int) -> list[list[str]]:

@@ -106,14 +106,29 @@ def withdraw(client: redis.Redis, lane: str) -> tuple[str, list[str]] | None:
 class FairChunks:
     """A project's bulk chunks for one lane, published as the outbox publishes a Signature
     (app.db.publish): the chunks go to Redis first, then one `token` per chunk to the lane.
-    Chunks given back (`ahead`) go before the project's others."""
+    Chunks given back (`ahead`) go before the project's others.
 
-    def __init__(self, project: str, lane: str, token: Signature, chunks: Sequence[Sequence[str]], ahead: bool = False):
+    `spare` chunks get two tokens each: the sweeper's copies of chunks whose token died with
+    its worker. The lost token's chunk still waits on the lane, so the lane would hold one
+    chunk more than it has tokens: a token takes the first copy, the next finds the second
+    copy's rows sent, and the last chunk behind them would wait for STALLED_AFTER_SECONDS.
+    A token left over finds nothing and does nothing."""
+
+    def __init__(
+        self,
+        project: str,
+        lane: str,
+        token: Signature,
+        chunks: Sequence[Sequence[str]],
+        ahead: bool = False,
+        spare: bool = False,
+    ):
         self.project = project
         self.lane = lane
         self.token = token
         self.chunks = chunks
         self.ahead = ahead
+        self.tokens = len(chunks) * (2 if spare else 1)
         self.task = token.task
 
     def apply_async(self, **options: Any) -> None:
@@ -123,5 +138,5 @@ class FairChunks:
                 give_back(client, self.lane, self.project, chunk)
         else:
             deposit(client, self.lane, self.project, self.chunks)
-        for _ in self.chunks:
+        for _ in range(self.tokens):
             self.token.apply_async(**options)

@@ -11,7 +11,9 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from app.delivery import adapters, heartbeats
+from app.delivery import adapters, fairness, heartbeats
+from app.delivery.queues import deliver_queue
+from app.enums import Priority
 from tasks.celery_app import configure
 from tasks.maintenance import release_due, sweep
 from tests.conftest import email
@@ -94,10 +96,17 @@ def test_an_abandoned_claim_becomes_unknown_elsewhere(project, engine, non_dedup
     assert fake_provider.count(message_id) == 0
 
 
-def held_by(project, engine, worker: str, status: str = "sending", still_for: str = "0 seconds") -> str:
+def held_by(
+    project,
+    engine,
+    worker: str,
+    status: str = "sending",
+    still_for: str = "0 seconds",
+    priority: str = Priority.TRANSACTIONAL,
+) -> str:
     """A message `status` since `still_for` ago; when sending, claimed just now by `worker`."""
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    message_id = project.send(email(scheduled_at=later)).get_json()["id"]
+    message_id = project.send(email(scheduled_at=later, priority=priority)).get_json()["id"]
     with engine.begin() as connection:
         connection.execute(
             text(
@@ -129,6 +138,24 @@ def test_a_silent_workers_claim_is_settled_long_before_the_claim_timeout(
     assert fake_provider.count(abandoned) == 0 and fake_provider.count(taken) == 1
     assert ghost.encode() not in client.hkeys(heartbeats.KEY)
     heartbeats.forget(client, [alive])
+
+
+def test_a_silent_workers_lost_token_leaves_no_chunk_of_its_lane_behind(project, engine, migrated, fake_provider):
+    """A bulk lane's token the dead worker had taken leaves its chunk on the lane; the sweep
+    queues those rows again, and the abandoned claim's, each with a token. The lane then
+    holds one chunk more than it has tokens, and the copy of the lost one finds its rows
+    sent: the chunk behind it must still be taken, not left for STALLED_AFTER_SECONDS."""
+    client = redis.Redis.from_url(migrated.redis_url)
+    ghost, lane = f"ghost:1:{uuid.uuid4().hex[:8]}", deliver_queue("fake", Priority.BULK)
+    now, micros = client.time()
+    client.hset(heartbeats.KEY, ghost, now * 1000 + micros // 1000 - 30_000)  # it died 30 s ago
+    taken = held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK)
+    fairness.deposit(client, lane, project.id, [[taken]])  # its chunk, whose token died with the ghost
+    abandoned = held_by(project, engine, ghost, priority=Priority.BULK)
+    counts = sweep()
+    assert (counts["redispatched"], counts["retried"]) == (1, 1)
+    assert [project.wait_for(i)["status"] for i in (taken, abandoned)] == ["sent", "sent"]
+    assert (fake_provider.count(taken), fake_provider.count(abandoned)) == (1, 1)
 
 
 def test_two_beats_releasing_at_once_release_each_message_once(client, engine):
