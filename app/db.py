@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import select
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -38,9 +39,27 @@ class Publishable(Protocol):
 POOL_SIZE = 20
 
 
-@lru_cache(maxsize=8)
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
 def engine_for(database_url: str) -> Engine:
-    """One pooled engine per URL and process (forked children build their own)."""
+    """One pooled engine per URL and process (forked children build their own).
+
+    Built under a lock: the threads of a process that starts under load all ask at once,
+    and each engine built beside the kept one opened connections beyond POOL_SIZE (51
+    backends for a pool of 20 in one probe)."""
+    engine = _engines.get(database_url)
+    if engine is None:
+        with _engines_lock:
+            engine = _engines.get(database_url)
+            if engine is None:
+                engine = _engines[database_url] = new_engine(database_url)
+    return engine
+
+
+def new_engine(database_url: str) -> Engine:
+    """A pool of its own; everything else shares `engine_for`'s."""
     engine = create_engine(
         database_url,
         pool_size=POOL_SIZE,

@@ -1,13 +1,16 @@
 """Connections of our engine: a transaction left idle gives its locks back, a connection
-the server closed is never handed out, and one the pool opened is kept for the next burst."""
+the server closed is never handed out, one the pool opened is kept for the next burst, and
+a process builds one engine however many threads ask at once."""
 
 from __future__ import annotations
 
+import threading
+import uuid
 from contextlib import ExitStack
 
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
-from app.db import POOL_SIZE, engine_for
+from app.db import POOL_SIZE, engine_for, new_engine
 from tests.waiting import wait_until
 
 
@@ -36,7 +39,7 @@ def test_the_server_ends_a_transaction_its_process_left_idle(migrated):
 def test_a_pooled_connection_the_server_closed_is_replaced_at_checkout(migrated):
     """A restart or a terminated backend leaves dead connections in the pool; with no ping
     per checkout, the first query on one would fail unless checkout noticed."""
-    engine = engine_for.__wrapped__(migrated.database_url)  # a pool of its own, holding one connection
+    engine = new_engine(migrated.database_url)  # a pool of its own, holding one connection
     try:
         with engine.connect() as connection:
             pid = connection.execute(text("SELECT pg_backend_pid()")).scalar()
@@ -57,7 +60,7 @@ def test_a_pooled_connection_the_server_closed_is_replaced_at_checkout(migrated)
 def test_every_connection_a_burst_opened_serves_the_next_burst(migrated):
     """A new backend costs PostgreSQL a fork and cold caches: a pool that closed what a burst
     opened beyond its size opened them again at the next burst (31 a second in the soak)."""
-    engine = engine_for.__wrapped__(migrated.database_url)  # a pool of its own
+    engine = new_engine(migrated.database_url)  # a pool of its own
 
     def burst() -> set[int]:
         """The server's backend for each of POOL_SIZE connections checked out at once."""
@@ -71,6 +74,27 @@ def test_every_connection_a_burst_opened_serves_the_next_burst(migrated):
         assert burst() == first
     finally:
         engine.dispose()
+
+
+def test_threads_asking_at_once_share_one_engine(migrated):
+    """A process that starts under load: every thread asks for the engine at the same
+    moment, and each engine built beside the kept one would open a pool of its own."""
+    url = f"{migrated.database_url}?application_name=tidings-{uuid.uuid4().hex[:8]}"  # not built yet
+    threads = 32
+    start = threading.Barrier(threads)
+    engines: list[Engine] = []
+
+    def ask() -> None:
+        start.wait(10)
+        engines.append(engine_for(url))
+
+    workers = [threading.Thread(target=ask) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(10)
+    assert len(engines) == threads
+    assert len({id(engine) for engine in engines}) == 1
 
 
 def backend_state(engine, pid: int) -> str | None:
