@@ -112,8 +112,7 @@ def test_an_open_circuit_hands_a_whole_batch_over_in_one_go(
     assert {row.provider for row in moved} == {"fake2"}
     assert {row.attempts for row in moved} <= {0, 1}  # no attempt was spent on the open circuit
     assert {project.wait_for(i)["status"] for i in ids} == {"sent"}
-    assert {r.message_id for r in backup_provider.delivered()} == set(ids)
-    assert fake_provider.delivered() == []
+    assert [(backup_provider.count(i), fake_provider.count(i)) for i in ids] == [(1, 0)] * len(ids)
 
 
 def test_with_every_circuit_open_messages_go_out_as_they_would_without_breakers(
@@ -123,7 +122,7 @@ def test_with_every_circuit_open_messages_go_out_as_they_would_without_breakers(
     trip(client, "fake2")
     message = project.wait_for(project.send(email()).get_json()["id"])
     assert (message["status"], message["provider"]) == ("sent", "fake")
-    assert backup_provider.delivered() == []
+    assert (fake_provider.count(message["id"]), backup_provider.count(message["id"])) == (1, 0)
 
 
 def test_resuming_a_provider_closes_its_circuit(client, quick_breaker):

@@ -30,7 +30,7 @@ def test_a_send_reaches_the_provider_and_is_sent_with_its_timeline(project, fake
     assert message["provider_message_id"].startswith("fake-")
     assert message["sent_at"] is not None
     assert fake_provider.count(message_id) == 1
-    assert fake_provider.delivered()[-1].subject == "Welcome"
+    assert [r.subject for r in fake_provider.delivered() if r.message_id == message_id] == ["Welcome"]
 
 
 def test_a_test_key_never_reaches_the_configured_provider(project, fake_provider):

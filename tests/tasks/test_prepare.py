@@ -451,7 +451,7 @@ def test_a_stored_address_that_is_no_string_fails_its_message_alone(client, engi
     failed = hooks.get(bad).get_json()
     reason = "subscriber 'u1' has no webhook address"
     assert (failed["status"], failed["error"], failed["events"][-1]["data"]) == ("failed", reason, {"reason": reason})
-    assert [receipt.message_id for receipt in fake_provider.receipts] == [good]
+    assert [receipt.message_id for receipt in fake_provider.receipts if receipt.message_id in {bad, good}] == [good]
 
 
 def accepted_raw(engine, project_id: str, template: str, datas: list[dict]) -> list[str]:
