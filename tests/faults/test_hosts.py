@@ -248,7 +248,11 @@ def test_a_host_cut_off_mid_call_loses_nothing(stack, provider, engine, network)
         provider.override = None
     victim = hosts[injection["victim"]]
     victim_sends = provider.by_host(ids)[victim.address]
-    seen = wait_until_terminal(engine, ids, timeout=60)
+    # Not a bound on recovery: rows the pace put off wait out their deadline before the
+    # sweeper may take them for lost. Once 55 rows waited 53 s so after the cut, and a 60 s
+    # deadline missed them by a second; why their wait was that long is not known yet. What
+    # this test claims is that nothing is lost or sent twice.
+    seen = wait_until_terminal(engine, ids, timeout=120)
     stack.signal(victim.name, signal.SIGKILL)  # it cannot hear a SIGTERM's shutdown through
     assert_ledger_agrees(ids, seen, provider)
     counts = provider.deliveries()
