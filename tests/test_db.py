@@ -8,7 +8,7 @@ import threading
 import uuid
 from contextlib import ExitStack
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, make_url, text
 
 from app.db import POOL_SIZE, engine_for, new_engine
 from tests.waiting import wait_until
@@ -79,7 +79,8 @@ def test_every_connection_a_burst_opened_serves_the_next_burst(migrated):
 def test_threads_asking_at_once_share_one_engine(migrated):
     """A process that starts under load: every thread asks for the engine at the same
     moment, and each engine built beside the kept one would open a pool of its own."""
-    url = f"{migrated.database_url}?application_name=tidings-{uuid.uuid4().hex[:8]}"  # not built yet
+    fresh = {"application_name": f"tidings-{uuid.uuid4().hex[:8]}"}  # a URL no engine was built for yet
+    url = make_url(migrated.database_url).update_query_dict(fresh).render_as_string(hide_password=False)
     threads = 32
     start = threading.Barrier(threads)
     engines: list[Engine] = []
