@@ -142,8 +142,8 @@ def stalled_for(config: Settings, dead: Sequence[heartbeats.Silent]) -> float:
 
 def redispatch_stalled(session: Session, seconds: float, spare: bool = False) -> Sequence[Row]:
     """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task;
-    with a `spare` token per bulk chunk when a worker died, whose tokens may have left
-    their chunks on the lanes (app/delivery/fairness.py FairChunks)."""
+    with `spare` tokens for the bulk lanes when a worker died, whose tokens may have left
+    their chunks there (app/delivery/fairness.py FairChunks)."""
     stalled = session.execute(
         text(
             """

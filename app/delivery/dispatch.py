@@ -30,7 +30,7 @@ def prepare(
     ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None, spare: bool = False
 ) -> list[Publishable]:
     """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py),
-    with a `spare` token each where the sweeper queues them again for a dead worker."""
+    with `spare` tokens where the sweeper queues them again for a dead worker (FairChunks)."""
     chunks = _chunks(ids, size)
     queue = prepare_queue(priority)
     if project is not None and priority == Priority.BULK:

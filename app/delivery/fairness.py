@@ -108,11 +108,12 @@ class FairChunks:
     (app.db.publish): the chunks go to Redis first, then one `token` per chunk to the lane.
     Chunks given back (`ahead`) go before the project's others.
 
-    `spare` chunks get two tokens each: the sweeper's copies of chunks whose token died with
-    its worker. The lost token's chunk still waits on the lane, so the lane would hold one
-    chunk more than it has tokens: a token takes the first copy, the next finds the second
-    copy's rows sent, and the last chunk behind them would wait for STALLED_AFTER_SECONDS.
-    A token left over finds nothing and does nothing."""
+    With `spare`, for the sweeper's copies of rows whose worker died, every chunk already on
+    the project's list gets a token too. The dead worker's tokens left their chunks there,
+    as many as it held and merged into fewer copies, so the lane would hold more chunks than
+    tokens: tokens take the lost chunks and the copies, which find their rows sent, and the
+    chunks behind them would wait for STALLED_AFTER_SECONDS. A token left over finds
+    nothing and does nothing."""
 
     def __init__(
         self,
@@ -128,15 +129,16 @@ class FairChunks:
         self.token = token
         self.chunks = chunks
         self.ahead = ahead
-        self.tokens = len(chunks) * (2 if spare else 1)
+        self.spare = spare
         self.task = token.task
 
     def apply_async(self, **options: Any) -> None:
         client = redis_for(current_settings().redis_url)
+        tokens = len(self.chunks) + (client.llen(lists(self.lane) + self.project) if self.spare else 0)
         if self.ahead:
             for chunk in self.chunks:
                 give_back(client, self.lane, self.project, chunk)
         else:
             deposit(client, self.lane, self.project, self.chunks)
-        for _ in range(self.tokens):
+        for _ in range(tokens):
             self.token.apply_async(**options)

@@ -140,23 +140,25 @@ def test_a_silent_workers_claim_is_settled_long_before_the_claim_timeout(
     heartbeats.forget(client, [alive])
 
 
-def test_a_silent_workers_lost_token_leaves_no_chunk_of_its_lane_behind(project, engine, migrated, fake_provider):
-    """A bulk lane's token the dead worker had taken leaves its chunk on the lane; the sweep
-    queues those rows again, and the abandoned claim's, each with a token. The lane then
-    holds one chunk more than it has tokens, and the copy of the lost one finds its rows
-    sent: the chunk behind it must still be taken, not left for STALLED_AFTER_SECONDS."""
+def test_a_silent_workers_lost_tokens_leave_no_chunk_of_their_lane_behind(project, engine, migrated, fake_provider):
+    """Bulk lane tokens the dead worker had taken (two, as a worker holds several) leave
+    their chunks on the lane; the sweep queues those rows again as one chunk, and the
+    abandoned claim's, each with a token. Without more tokens the lane holds more chunks
+    than tokens, the copy finds its rows sent, and the chunk behind it would wait for
+    STALLED_AFTER_SECONDS."""
     client = redis.Redis.from_url(migrated.redis_url)
     ghost, lane = f"ghost:1:{uuid.uuid4().hex[:8]}", deliver_queue("fake", Priority.BULK)
     client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])  # no chunk an earlier test left
     now, micros = client.time()
     client.hset(heartbeats.KEY, ghost, now * 1000 + micros // 1000 - 30_000)  # it died 30 s ago
-    taken = held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK)
-    fairness.deposit(client, lane, project.id, [[taken]])  # its chunk, whose token died with the ghost
+    taken = [held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK)]
+    taken.append(held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK))
+    fairness.deposit(client, lane, project.id, [[i] for i in taken])  # their chunks; the tokens died with the ghost
     abandoned = held_by(project, engine, ghost, priority=Priority.BULK)
     counts = sweep()
-    assert counts["redispatched"] >= 1 and counts["retried"] >= 1  # other tests' rows may stand still too
-    assert [project.wait_for(i)["status"] for i in (taken, abandoned)] == ["sent", "sent"]
-    assert (fake_provider.count(taken), fake_provider.count(abandoned)) == (1, 1)
+    assert counts["redispatched"] >= 2 and counts["retried"] >= 1  # other tests' rows may stand still too
+    assert [project.wait_for(i)["status"] for i in (*taken, abandoned)] == ["sent"] * 3
+    assert [fake_provider.count(i) for i in (*taken, abandoned)] == [1] * 3
 
 
 def test_two_beats_releasing_at_once_release_each_message_once(client, engine):
