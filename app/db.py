@@ -49,13 +49,10 @@ def engine_for(database_url: str) -> Engine:
     Built under a lock: the threads of a process that starts under load all ask at once,
     and each engine built beside the kept one opened connections beyond POOL_SIZE (51
     backends for a pool of 20 in one probe)."""
-    engine = _engines.get(database_url)
-    if engine is None:
-        with _engines_lock:
-            engine = _engines.get(database_url)
-            if engine is None:
-                engine = _engines[database_url] = new_engine(database_url)
-    return engine
+    with _engines_lock:  # asked once per process and URL, by session_factory's cache
+        if database_url not in _engines:
+            _engines[database_url] = new_engine(database_url)
+        return _engines[database_url]
 
 
 def new_engine(database_url: str) -> Engine:
