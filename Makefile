@@ -81,8 +81,8 @@ load: $(STAMP) ## Single sends: 400/s end to end for 60 s, then 8 clients for 30
 loadtest: $(STAMP) ## Locust headless: RATE tasks/s (100) for DURATION (60s); CSV + HTML in loadtest/results/
 	$(BIN)/python loadtest/locust_run.py --rate $(or $(RATE),100) --duration $(or $(DURATION),60s) $(LOADTEST_ARGS)
 
-soak: $(STAMP) ## Soak: RATE sends/s (400) for DURATION (15m); figures, plot, a section in BENCHMARKS.md
-	$(BIN)/python loadtest/soak.py --rate $(or $(RATE),400) --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)
+soak: $(STAMP) ## Soak: RATE sends/s (400) for DURATION (15m); NEIGHBOUR=1: the noisy-neighbour phases (5m); a section in BENCHMARKS.md
+	$(BIN)/python loadtest/soak.py $(if $(NEIGHBOUR),--neighbour --duration $(or $(DURATION),5m),--rate $(or $(RATE),400) --duration $(or $(DURATION),15m)) $(LOADTEST_ARGS)
 
 ramp: $(STAMP) ## From 150/s, +50/s a minute until the stack falls behind; then soak DURATION (15m) at the rate that held
 	$(BIN)/python loadtest/soak.py --ramp --duration $(or $(DURATION),15m) $(LOADTEST_ARGS)

@@ -2,6 +2,7 @@
 
     python loadtest/soak.py --rate 400 --duration 15m     # issue 9's protocol
     python loadtest/soak.py --ramp --duration 15m         # find the rate that holds, then soak at it
+    python loadtest/soak.py --neighbour --duration 5m     # one project's worst beside another's sends (neighbour.py)
 
 A short benchmark lies: retries, status webhooks and a growing table only show after
 minutes. So, against the whole stack as processes (the API under gunicorn, Celery
@@ -57,6 +58,7 @@ from datetime import datetime
 from pathlib import Path
 
 import hotspots
+import neighbour
 import pg_writes
 import statements
 from api_client import Api, Calls
@@ -493,6 +495,9 @@ def measure(soak: Soak) -> Outcome:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--neighbour" in argv:
+        return neighbour.main([arg for arg in argv if arg != "--neighbour"])
     args = parse(argv)
     run_dir = args.results / f"{'ramp' if args.ramp else 'soak'}-{datetime.now():%Y%m%d-%H%M%S}"
     outcome = run(args, run_dir)
