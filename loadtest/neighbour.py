@@ -192,7 +192,7 @@ class Attacker:
             "channel": "email",
             "to": {"email": "files@example.com"},
             "content": {"subject": "Files", "text": "Attached."},
-            "attachments": [{"filename": "big.pdf", "content": content}],
+            "attachments": [{"filename": "big.pdf", "content_type": "application/pdf", "content": content}],
         }
         loop(stop, lambda: phase.answers.update([self.test.call("attack", "POST", "/v1/messages", body)[0]]))
 
