@@ -117,6 +117,18 @@ def test_saving_makes_a_version_per_change_and_the_same_steps_change_nothing(pro
             {"steps": {"0": {"delay": {"for": ['Give a duration from 0s to 30d, as "90s", "10m", "2h" or "1d".']}}}},
         ),
         (
+            [{"delay": {"until": "{{ call.at }}", "offset": "31d"}}],
+            {
+                "steps": {
+                    "0": {"delay": {"offset": ['Give a duration from -30d to 30d, as "90s", "10m", "2h" or "1d".']}}
+                }
+            },
+        ),
+        (
+            [{"delay": {"until": "9999-12-31T23:59:59+00:00"}}],
+            {"steps": {"0": {"delay": {"until": ['Give a reference to the trigger\'s data, as "{{ name }}".']}}}},
+        ),
+        (
             [{"branch": {"unless": {"was": "opened"}}}],
             {"steps": {"0": {"branch": {"unless": ['"was" needs a send step before the branch.']}}}},
         ),
@@ -427,3 +439,21 @@ def test_a_delay_until_a_time_in_the_data_waits_for_it_and_a_missing_time_fails_
         "delay: data.call.at is not a time with its offset"
     )
     assert sms_to(phones["u2"]) == []
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_delay_until_year_9999_fails_its_run_with_the_reason_and_another_run_sends(project, engine):
+    phones = setup(project, ["u1", "u2"])
+    save(
+        project,
+        [{"delay": {"until": "{{ call.at }}", "offset": "1s"}}, {"send": {"channel": "sms", "template": "note-sms"}}],
+    )
+    poisoned = trigger(project, ["u1"], data={"what": "Your call", "call": {"at": "9999-12-31T23:59:59+00:00"}})
+    timed = trigger(project, ["u2"], data={"what": "Your call", "call": {"at": datetime.now(UTC).isoformat()}})
+    [failed] = wait_for_runs(engine, poisoned["trigger_id"], {"failed"})
+    wait_for_runs(engine, timed["trigger_id"], {"completed"})
+    wait_until(lambda: sms_to(phones["u2"]), lambda sent: len(sent) == 1, 20, "u2's SMS")
+    shown = project.call("GET", f"/v1/workflow-runs/{failed['id']}").get_json()
+    assert shown["reason"] == "delay: data.call.at with its offset is more than a year from now"
+    assert [(step["kind"], step["outcome"]) for step in shown["steps"]] == [("delay", "failed")]
+    assert sms_to(phones["u1"]) == []
