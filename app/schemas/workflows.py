@@ -21,7 +21,8 @@ SUBSCRIBER_IDS = fields.List(
 
 STEPS_DESCRIPTION = (
     "1 to 20 steps, each an object with one key, its kind: `send` (`channel`, `template`, optional `category`, "
-    "`priority`; or the fallback short form `channels`, `templates` by channel, `fallback_after`, `unless`), "
+    "`priority`: `bulk` unless given, as for a batch; or the fallback short form `channels`, `templates` by "
+    "channel, `fallback_after`, `unless`), "
     "`delay` (`for` a duration, or `until` a time in the data as `{{ name }}` with an optional `offset`; a run whose "
     "time with its offset is more than a year from now, either way, fails), "
     "`branch` (`if` or `unless` a condition), `digest` (`window`, optional `sliding` with `max`, `key`), "

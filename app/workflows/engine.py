@@ -38,6 +38,10 @@ from app.workflows.conditions import Facts, asks_subscriber, holds, lookup, mess
 MAX_DIGEST_ITEMS = 100
 # A wait longer than this is parked in PostgreSQL for beat, not held by the broker.
 COUNTDOWN_LIMIT = MAX_COUNTDOWN - 60
+# A send step's priority unless it names one: a trigger is a batch-shaped call (up to 10,000
+# subscribers or a whole topic), so its sends wait behind single sends as a batch's do, and
+# no project's workflow can fill the transactional lane without saying so step by step.
+DEFAULT_PRIORITY = Priority.BULK
 # The furthest a time in a run's data, with its offset, may lie from now (either way).
 MAX_UNTIL = timedelta(days=365)
 # Steps one task carries a run through at most: a long chain of steps that take no time
@@ -165,7 +169,7 @@ def _send(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved)
             run.record("send", "failed", reason=reason)
             run.end(RunStatus.FAILED, reason)
         return
-    priority = Priority(step["priority"] or Priority.TRANSACTIONAL)
+    priority = Priority(step["priority"] or DEFAULT_PRIORITY)
     common = intake.Common(
         channel=channel,
         priority=priority,

@@ -457,3 +457,19 @@ def test_a_delay_until_year_9999_fails_its_run_with_the_reason_and_another_run_s
     assert shown["reason"] == "delay: data.call.at with its offset is more than a year from now"
     assert [(step["kind"], step["outcome"]) for step in shown["steps"]] == [("delay", "failed")]
     assert sms_to(phones["u1"]) == []
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_send_step_is_bulk_unless_it_says_transactional(project, engine):
+    phones = setup(project, ["u1"])
+    steps = [
+        {"send": {"channel": "in_app", "template": "note"}},
+        {"send": {"channel": "sms", "template": "note-sms", "priority": "transactional"}},
+    ]
+    save(project, steps)
+    started = trigger(project, ["u1"], data={"what": "Reply from Ada"})
+    [run] = wait_for_runs(engine, started["trigger_id"], {"completed"})
+    wait_until(lambda: sms_to(phones["u1"]), lambda sent: len(sent) == 1, 20, "u1's SMS")
+    sent = project.call("GET", f"/v1/workflow-runs/{run['id']}").get_json()["steps"]
+    priorities = [project.call("GET", f"/v1/messages/{step['message_id']}").get_json()["priority"] for step in sent]
+    assert priorities == ["bulk", "transactional"]
