@@ -192,14 +192,11 @@ def _delay(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved
     missing or more than a year from now fails its run alone."""
     now = datetime.now(UTC)
     for run in runs:
-        if "seconds" in step:
-            until = now + timedelta(seconds=step["seconds"])
-        else:
-            until = _until(run.data, step, now)
-            if isinstance(until, str):
-                run.record("delay", "failed", reason=until)
-                run.end(RunStatus.FAILED, until)
-                continue
+        until = now + timedelta(seconds=step["seconds"]) if "seconds" in step else _until(run.data, step, now)
+        if isinstance(until, str):
+            run.record("delay", "failed", reason=until)
+            run.end(RunStatus.FAILED, until)
+            continue
         run.record("delay", "waited", until=until.isoformat())
         run.step += 1
         if until > now:
