@@ -191,6 +191,24 @@ def test_a_trigger_for_an_unknown_subscriber_starts_nothing_and_a_replay_answers
     assert mine == 1
 
 
+def test_trigger_data_nested_deeper_than_32_is_422_and_starts_nothing(project, engine):
+    """930 levels was a 500: SQLAlchemy's JSON encoder ran out of stack writing the trigger."""
+    setup(project, ["u1"])
+    save(project, [{"delay": {"for": "1d"}}])
+    answers = {}
+    for lists in (31, 32, 930):  # the data object itself is one level
+        body = '{"recipients": ["u1"], "data": {"a": ' + "[" * lists + "]" * lists + "}}"
+        headers = {**bearer(project.live_key), "Content-Type": "application/json"}
+        answers[lists] = project.client.post("/v1/workflows/alerts/trigger", data=body, headers=headers)
+    assert answers[31].status_code == 202
+    for lists in (32, 930):
+        errors = assert_error_shape(answers[lists], 422)["errors"]["json"]
+        assert errors == {"data": ["Objects and lists nested at most 32 deep."]}
+    with engine.connect() as connection:
+        runs = connection.execute(text("SELECT count(*) FROM workflow_runs WHERE project_id = :p"), {"p": project.id})
+        assert runs.scalar() == 1
+
+
 @pytest.mark.usefixtures("worker")
 def test_the_fallback_sends_sms_only_to_whoever_did_not_read_the_in_app_message(project, engine):
     phones = setup(project, ["u1", "u2"])
