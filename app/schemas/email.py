@@ -3,10 +3,11 @@
 Every rule here is checked before anything is stored, so a refused send writes nothing, and
 nothing reaches a provider that a provider would refuse for a reason we can see up front:
 
-- **Files**: at most 20, each one of the types in `CONTENT_TYPES` (documents, images and
-  text, never executables or archives that can hide one), its base64 valid, and each file
-  and all of them together at most 10 MiB once decoded (Postmark's limit for a whole
-  message, the smallest of the providers that take files).
+- **Files**: at most 20, each named with an extension of `ATTACHMENT_TYPES` and sent as a
+  type of that extension (documents, images, text and calendars; never executables, web
+  pages, disk images or archives that can hide one), its base64 valid, and each file and
+  all of them together at most 10 MiB once decoded (Postmark's limit for a whole message,
+  the smallest of the providers that take files).
 - **Headers**: only those a send has a reason to set (`X-…` of its own, threading, list
   metadata); never one that changes who the message is from or for, what it is, how it
   is encoded, or how a provider handles it.
@@ -19,9 +20,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import unicodedata
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.schemas.text import HeaderEmail, HeaderText
 
@@ -32,36 +34,35 @@ MAX_COPIES = 49
 MAX_REPLY_TO = 10
 MAX_HEADERS = 20
 
-CONTENT_TYPES = frozenset(
-    {
-        "application/pdf",
-        "application/msword",
-        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-        "application/vnd.ms-excel",
-        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        "application/vnd.ms-powerpoint",
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-        "application/vnd.oasis.opendocument.text",
-        "application/vnd.oasis.opendocument.spreadsheet",
-        "application/vnd.oasis.opendocument.presentation",
-        "text/plain",
-        "text/csv",
-        "text/calendar",
-        "image/png",
-        "image/jpeg",
-        "image/gif",
-        "image/webp",
-    }
-)
-# Names a mail client may run when opened, whatever type the file claims (the providers'
-# own refusals: Postmark's forbidden types, SES's unsupported attachment types).
-RUNNABLE = frozenset(
-    {
-        *("ade", "adp", "app", "bas", "bat", "chm", "cmd", "com", "cpl", "dll", "exe", "hta", "inf", "ins"),
-        *("isp", "jar", "js", "jse", "lib", "lnk", "mde", "msc", "msi", "msp", "mst", "pif", "ps1", "reg"),
-        *("scr", "sct", "shb", "sys", "vb", "vbe", "vbs", "vxd", "wsc", "wsf", "wsh"),
-    }
-)
+# The files Tidings sends: each extension, and the types a file of it may be sent as.
+# Documents, images, text and calendars; never a page a browser runs (.html, .svg), a disk
+# image (.iso, .img), an archive that can hide either, or anything a system may execute.
+# An allow-list, since a deny-list misses what nobody thought of: `inv.exe.`, `.html`, `.iso`.
+ATTACHMENT_TYPES: dict[str, frozenset[str]] = {
+    "pdf": frozenset({"application/pdf"}),
+    "doc": frozenset({"application/msword"}),
+    "docx": frozenset({"application/vnd.openxmlformats-officedocument.wordprocessingml.document"}),
+    "xls": frozenset({"application/vnd.ms-excel"}),
+    "xlsx": frozenset({"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}),
+    "ppt": frozenset({"application/vnd.ms-powerpoint"}),
+    "pptx": frozenset({"application/vnd.openxmlformats-officedocument.presentationml.presentation"}),
+    "odt": frozenset({"application/vnd.oasis.opendocument.text"}),
+    "ods": frozenset({"application/vnd.oasis.opendocument.spreadsheet"}),
+    "odp": frozenset({"application/vnd.oasis.opendocument.presentation"}),
+    "txt": frozenset({"text/plain"}),
+    "csv": frozenset({"text/csv", "text/plain"}),
+    "ics": frozenset({"text/calendar"}),
+    "png": frozenset({"image/png"}),
+    "jpg": frozenset({"image/jpeg"}),
+    "jpeg": frozenset({"image/jpeg"}),
+    "gif": frozenset({"image/gif"}),
+    "webp": frozenset({"image/webp"}),
+}
+CONTENT_TYPES = frozenset().union(*ATTACHMENT_TYPES.values())
+EXTENSIONS = ", ".join(f".{extension}" for extension in sorted(ATTACHMENT_TYPES))
+# Characters that change the direction text is shown in: `inv\u202efdp.exe` shows as
+# `invexe.pdf`, an executable that looks like a document.
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 # RFC 5322 field names: printable ASCII but the colon.
 HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
@@ -122,12 +123,29 @@ class Base64Content(fields.String):
         return content
 
 
-def safe_filename(name: str) -> None:
-    if "/" in name or "\\" in name:
-        raise ValidationError("A file name has no folder: no / or \\.")
-    extension = name.rpartition(".")[2].lower() if "." in name else ""
-    if extension in RUNNABLE:
-        raise ValidationError(f"Files named .{extension} are not sent: mail clients may run them.")
+class FileName(HeaderText):
+    """A file's name as the recipient's system will read it, or a clear refusal.
+
+    Normalised first (NFC, and without the trailing dots and spaces Windows drops, so
+    `inv.exe.` is `inv.exe`), then it must hold no folder and no direction control, and end
+    in an extension of `ATTACHMENT_TYPES`. The name stored and sent is the normalised one.
+    """
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        name = unicodedata.normalize("NFC", super()._deserialize(value, attr, data, **kwargs)).rstrip(". ")
+        if "/" in name or "\\" in name:
+            raise ValidationError("A file name has no folder: no / or \\.")
+        if control := BIDI_CONTROLS.search(name):
+            raise ValidationError(
+                f"Contains U+{ord(control.group()):04X}, a text direction control: it can make a name show "
+                "an extension it does not have."
+            )
+        stem, _, extension = name.rpartition(".")
+        if not stem:
+            raise ValidationError(f"A file name is a name then an extension, one of {EXTENSIONS}.")
+        if extension.lower() not in ATTACHMENT_TYPES:
+            raise ValidationError(f"Files named .{extension} are not sent: a name ends in one of {EXTENSIONS}.")
+        return name
 
 
 def allowed_type(value: str) -> None:
@@ -138,14 +156,21 @@ def allowed_type(value: str) -> None:
 class AttachmentSchema(Schema):
     """One file: its name as the recipient sees it, its type, and its bytes as base64."""
 
-    filename = HeaderText(
-        required=True, validate=[validate.Length(1, 255), safe_filename], metadata={"example": "invoice-A-17.pdf"}
+    filename = FileName(
+        required=True,
+        validate=validate.Length(1, 255),
+        metadata={
+            "description": "As the recipient sees it, trailing dots and spaces dropped: no folder, no text direction "
+            f"control, and ending in one of {EXTENSIONS}, the extension of its `content_type`.",
+            "example": "invoice-A-17.pdf",
+        },
     )
     content_type = HeaderText(
         required=True,
         validate=allowed_type,
         metadata={
-            "description": f"One of (case ignored): {', '.join(sorted(CONTENT_TYPES))}.",
+            "description": f"One of (case ignored): {', '.join(sorted(CONTENT_TYPES))}; a type of the "
+            "`filename`'s extension (`.csv`: text/csv or text/plain, `.jpg`: image/jpeg, …).",
             "example": "application/pdf",
         },
     )
@@ -153,6 +178,15 @@ class AttachmentSchema(Schema):
         required=True,
         metadata={"description": "The file's bytes, base64 (line breaks allowed).", "example": "JVBERi0xLjQK"},
     )
+
+    @validates_schema
+    def type_fits_name(self, data: dict[str, Any], **kwargs: Any) -> None:
+        """Refuse a type its name's extension is not: a name is what a mail client opens a file by."""
+        extension = data["filename"].rpartition(".")[2].lower()  # FileName made sure it has one
+        types = ATTACHMENT_TYPES[extension]
+        if data["content_type"].lower() not in types:
+            problem = f"A .{extension} file is sent as {' or '.join(sorted(types))}, not {data['content_type']}."
+            raise ValidationError(problem, "content_type")
 
 
 def within_size(files: list[dict[str, Any]]) -> None:

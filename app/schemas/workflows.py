@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate
 
 from app.schemas.batches import TopicAudienceSchema
 from app.schemas.topics import MAX_MEMBERS_PER_CALL
 
 MAX_DATA_CHARS = 32_000
+MAX_DATA_DEPTH = 32
 SUBSCRIBER_IDS = fields.List(
     fields.String(validate=validate.Length(1, 255)),
     validate=validate.Length(1, MAX_MEMBERS_PER_CALL, error="Give 1 to 10,000 subscriber ids."),
@@ -21,11 +22,35 @@ SUBSCRIBER_IDS = fields.List(
 
 STEPS_DESCRIPTION = (
     "1 to 20 steps, each an object with one key, its kind: `send` (`channel`, `template`, optional `category`, "
-    "`priority`; or the fallback short form `channels`, `templates` by channel, `fallback_after`, `unless`), "
-    "`delay` (`for` a duration, or `until` a time in the data as `{{ name }}` with an optional `offset`), "
+    "`priority`: `bulk` unless given, as for a batch; or the fallback short form `channels`, `templates` by "
+    "channel, `fallback_after`, `unless`), "
+    "`delay` (`for` a duration, or `until` a time in the data as `{{ name }}` with an optional `offset`; a run whose "
+    "time with its offset is more than a year from now, either way, fails), "
     "`branch` (`if` or `unless` a condition), `digest` (`window`, optional `sliding` with `max`, `key`), "
     "`throttle` (`limit`, `window`, optional `key`). Durations: `90s`, `10m`, `2h`, `1d`. README: Workflows."
 )
+
+
+def nesting(value: Any) -> int:
+    """How deep objects and lists nest in a parsed JSON value, walked with a stack of its own;
+    past MAX_DATA_DEPTH it stops counting, so a deep value costs no more than a shallow one."""
+    deepest, pending = 0, [(value, 1)]
+    while pending and deepest <= MAX_DATA_DEPTH:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def trigger_data(value: dict[str, Any]) -> None:
+    """Refuse data nested too deep before measuring it: every step reads it, and Python's JSON
+    and repr recurse, so 900 levels failed the trigger with a 500 and could fail its step task."""
+    if nesting(value) > MAX_DATA_DEPTH:
+        raise ValidationError(f"Objects and lists nested at most {MAX_DATA_DEPTH} deep.")
+    if len(repr(value)) > MAX_DATA_CHARS:
+        raise ValidationError(f"At most {MAX_DATA_CHARS:,} characters.")
 
 
 class WorkflowSchema(Schema):
@@ -76,8 +101,11 @@ class TriggerSchema(Schema):
     )
     data = fields.Dict(
         load_default=dict,
-        validate=lambda value: len(repr(value)) <= MAX_DATA_CHARS,
-        metadata={"description": "For the templates, conditions and keys of the steps; at most 32,000 characters."},
+        validate=trigger_data,
+        metadata={
+            "description": "For the templates, conditions and keys of the steps; at most 32,000 characters, "
+            f"nested at most {MAX_DATA_DEPTH} deep."
+        },
     )
     trigger_key = fields.String(
         validate=validate.Length(1, 255),

@@ -38,6 +38,12 @@ from app.workflows.conditions import Facts, asks_subscriber, holds, lookup, mess
 MAX_DIGEST_ITEMS = 100
 # A wait longer than this is parked in PostgreSQL for beat, not held by the broker.
 COUNTDOWN_LIMIT = MAX_COUNTDOWN - 60
+# A send step's priority unless it names one: a trigger is a batch-shaped call (up to 10,000
+# subscribers or a whole topic), so its sends wait behind single sends as a batch's do, and
+# no project's workflow can fill the transactional lane without saying so step by step.
+DEFAULT_PRIORITY = Priority.BULK
+# The furthest a time in a run's data, with its offset, may lie from now (either way).
+MAX_UNTIL = timedelta(days=365)
 # Steps one task carries a run through at most: a long chain of steps that take no time
 # goes on in the next task, so no task holds its runs' locks for long.
 MAX_HOPS = 64
@@ -163,7 +169,7 @@ def _send(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved)
             run.record("send", "failed", reason=reason)
             run.end(RunStatus.FAILED, reason)
         return
-    priority = Priority(step["priority"] or Priority.TRANSACTIONAL)
+    priority = Priority(step["priority"] or DEFAULT_PRIORITY)
     common = intake.Common(
         channel=channel,
         priority=priority,
@@ -182,23 +188,34 @@ def _send(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved)
 
 
 def _delay(session: Session, runs: list[Run], step: dict[str, Any], moved: Moved) -> None:
-    """Wait a fixed time, or until a time in the data (plus an offset); a time past goes on."""
+    """Wait a fixed time, or until a time in the data (plus an offset); a time past goes on, one
+    missing or more than a year from now fails its run alone."""
     now = datetime.now(UTC)
     for run in runs:
-        if "seconds" in step:
-            until = now + timedelta(seconds=step["seconds"])
-        else:
-            until = _time_in(lookup(run.data, step["until"]))
-            if until is None:
-                reason = f"delay: data.{step['until']} is not a time with its offset"
-                run.record("delay", "failed", reason=reason)
-                run.end(RunStatus.FAILED, reason)
-                continue
-            until += timedelta(seconds=step["offset"])
+        until = now + timedelta(seconds=step["seconds"]) if "seconds" in step else _until(run.data, step, now)
+        if isinstance(until, str):
+            run.record("delay", "failed", reason=until)
+            run.end(RunStatus.FAILED, until)
+            continue
         run.record("delay", "waited", until=until.isoformat())
         run.step += 1
         if until > now:
             run.due_at = until
+
+
+def _until(data: dict[str, Any], step: dict[str, Any], now: datetime) -> datetime | str:
+    """The time in the run's data plus the step's offset, or why the run cannot wait for it.
+
+    Bounds the tenant's time to a year either side of now before any arithmetic on it, so a
+    year 9999 neither overflows (failing every run in the task) nor parks a run for ever.
+    """
+    at = _time_in(lookup(data, step["until"]))
+    if at is None:
+        return f"delay: data.{step['until']} is not a time with its offset"
+    offset = timedelta(seconds=step["offset"])
+    if abs(at - now + offset) > MAX_UNTIL:
+        return f"delay: data.{step['until']} with its offset is more than a year from now"
+    return at + offset
 
 
 def _time_in(value: Any) -> datetime | None:

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from app.enums import Channel
-from app.schemas.email import CONTENT_TYPES
+from app.schemas.email import CONTENT_TYPES, EXTENSIONS
 from app.schemas.text import LINE_BREAK
 from tests.api.test_errors import assert_error_shape
 from tests.conftest import ADMIN_KEY, bearer, create_project, email, rerouted
@@ -22,6 +22,11 @@ PDF = base64.b64encode(b"%PDF-1.4\n").decode()
 FILE = {"filename": "invoice.pdf", "content_type": "application/pdf", "content": PDF}
 MIB = 1024 * 1024
 ALLOWED = ", ".join(sorted(CONTENT_TYPES))
+DIRECTION_CONTROL = "a text direction control: it can make a name show an extension it does not have."
+
+
+def not_sent(extension: str) -> str:
+    return f"Files named .{extension} are not sent: a name ends in one of {EXTENSIONS}."
 
 
 def big_file(name: str, size: int) -> dict[str, str]:
@@ -70,9 +75,33 @@ def refused(project, engine, body: dict[str, Any], code: int = 422, key: str | N
             {**FILE, "content_type": "application/x-msdownload"},
             {"content_type": [f"'application/x-msdownload' is not a type Tidings sends; use one of {ALLOWED}."]},
         ),
+        *(
+            ({**FILE, "filename": name}, {"filename": [not_sent("exe")]})
+            for name in ("setup.exe", "inv.exe.", "inv.exe ")
+        ),
+        ({**FILE, "filename": "page.html"}, {"filename": [not_sent("html")]}),
+        ({**FILE, "filename": "disk.iso"}, {"filename": [not_sent("iso")]}),
         (
-            {**FILE, "filename": "setup.exe"},
-            {"filename": ["Files named .exe are not sent: mail clients may run them."]},
+            {**FILE, "filename": "invoice"},
+            {"filename": [f"A file name is a name then an extension, one of {EXTENSIONS}."]},
+        ),
+        (
+            {**FILE, "filename": ".pdf"},
+            {"filename": [f"A file name is a name then an extension, one of {EXTENSIONS}."]},
+        ),
+        *(
+            ({**FILE, "filename": name}, {"filename": [f"Contains U+{ord(control):04X}, {DIRECTION_CONTROL}"]})
+            for name, control in (
+                ("inv\u202efdp.exe", "\u202e"),  # shows as invexe.pdf
+                ("inv\u202efdp.txt", "\u202e"),
+                ("in\u2067v.pdf", "\u2067"),
+                ("in\u200fv.pdf", "\u200f"),
+                ("in\u061cv.pdf", "\u061c"),
+            )
+        ),
+        (
+            {**FILE, "content_type": "image/png"},
+            {"content_type": ["A .pdf file is sent as application/pdf, not image/png."]},
         ),
         ({**FILE, "filename": "../etc/passwd.txt"}, {"filename": ["A file name has no folder: no / or \\."]}),
         ({**FILE, "filename": "a\r\nb.pdf"}, {"filename": [LINE_BREAK]}),
@@ -81,6 +110,25 @@ def refused(project, engine, body: dict[str, Any], code: int = 422, key: str | N
 )
 def test_a_bad_file_is_refused_naming_its_field(acme, engine, attachment, errors):
     assert refused(acme, engine, email(attachments=[FILE, attachment])) == {"attachments": {"1": errors}}
+
+
+def test_a_file_name_is_stored_as_normalised_and_a_file_of_an_allowed_type_is_sent(acme, engine):
+    files = [
+        {**FILE, "filename": "Invoice A-17.PDF. . "},
+        {"filename": "U\u0308bersicht.csv", "content_type": "Text/CSV", "content": PDF},
+        {"filename": "call.ics", "content_type": "text/calendar", "content": PDF},
+    ]
+    answer = acme.send(email(attachments=files), key=acme.test_key)
+    assert answer.status_code == 202, answer.get_json()
+    with engine.connect() as connection:
+        names = connection.execute(
+            text("SELECT filename, content_type FROM attachments WHERE project_id = :p"), {"p": acme.id}
+        ).all()
+    assert sorted(tuple(row) for row in names) == [
+        ("Invoice A-17.PDF", "application/pdf"),
+        ("call.ics", "text/calendar"),
+        ("\u00dcbersicht.csv", "text/csv"),
+    ]
 
 
 def test_base64_may_come_in_lines(acme):

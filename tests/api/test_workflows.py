@@ -117,6 +117,18 @@ def test_saving_makes_a_version_per_change_and_the_same_steps_change_nothing(pro
             {"steps": {"0": {"delay": {"for": ['Give a duration from 0s to 30d, as "90s", "10m", "2h" or "1d".']}}}},
         ),
         (
+            [{"delay": {"until": "{{ call.at }}", "offset": "31d"}}],
+            {
+                "steps": {
+                    "0": {"delay": {"offset": ['Give a duration from -30d to 30d, as "90s", "10m", "2h" or "1d".']}}
+                }
+            },
+        ),
+        (
+            [{"delay": {"until": "9999-12-31T23:59:59+00:00"}}],
+            {"steps": {"0": {"delay": {"until": ['Give a reference to the trigger\'s data, as "{{ name }}".']}}}},
+        ),
+        (
             [{"branch": {"unless": {"was": "opened"}}}],
             {"steps": {"0": {"branch": {"unless": ['"was" needs a send step before the branch.']}}}},
         ),
@@ -177,6 +189,24 @@ def test_a_trigger_for_an_unknown_subscriber_starts_nothing_and_a_replay_answers
             text("SELECT count(*) FROM workflow_runs WHERE trigger_id = :t"), {"t": first.get_json()["trigger_id"]}
         ).scalar()
     assert mine == 1
+
+
+def test_trigger_data_nested_deeper_than_32_is_422_and_starts_nothing(project, engine):
+    """930 levels was a 500: SQLAlchemy's JSON encoder ran out of stack writing the trigger."""
+    setup(project, ["u1"])
+    save(project, [{"delay": {"for": "1d"}}])
+    answers = {}
+    for lists in (31, 32, 930):  # the data object itself is one level
+        body = '{"recipients": ["u1"], "data": {"a": ' + "[" * lists + "]" * lists + "}}"
+        headers = {**bearer(project.live_key), "Content-Type": "application/json"}
+        answers[lists] = project.client.post("/v1/workflows/alerts/trigger", data=body, headers=headers)
+    assert answers[31].status_code == 202
+    for lists in (32, 930):
+        errors = assert_error_shape(answers[lists], 422)["errors"]["json"]
+        assert errors == {"data": ["Objects and lists nested at most 32 deep."]}
+    with engine.connect() as connection:
+        runs = connection.execute(text("SELECT count(*) FROM workflow_runs WHERE project_id = :p"), {"p": project.id})
+        assert runs.scalar() == 1
 
 
 @pytest.mark.usefixtures("worker")
@@ -427,3 +457,37 @@ def test_a_delay_until_a_time_in_the_data_waits_for_it_and_a_missing_time_fails_
         "delay: data.call.at is not a time with its offset"
     )
     assert sms_to(phones["u2"]) == []
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_delay_until_year_9999_fails_its_run_with_the_reason_and_another_run_sends(project, engine):
+    phones = setup(project, ["u1", "u2"])
+    save(
+        project,
+        [{"delay": {"until": "{{ call.at }}", "offset": "1s"}}, {"send": {"channel": "sms", "template": "note-sms"}}],
+    )
+    poisoned = trigger(project, ["u1"], data={"what": "Your call", "call": {"at": "9999-12-31T23:59:59+00:00"}})
+    timed = trigger(project, ["u2"], data={"what": "Your call", "call": {"at": datetime.now(UTC).isoformat()}})
+    [failed] = wait_for_runs(engine, poisoned["trigger_id"], {"failed"})
+    wait_for_runs(engine, timed["trigger_id"], {"completed"})
+    wait_until(lambda: sms_to(phones["u2"]), lambda sent: len(sent) == 1, 20, "u2's SMS")
+    shown = project.call("GET", f"/v1/workflow-runs/{failed['id']}").get_json()
+    assert shown["reason"] == "delay: data.call.at with its offset is more than a year from now"
+    assert [(step["kind"], step["outcome"]) for step in shown["steps"]] == [("delay", "failed")]
+    assert sms_to(phones["u1"]) == []
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_send_step_is_bulk_unless_it_says_transactional(project, engine):
+    phones = setup(project, ["u1"])
+    steps = [
+        {"send": {"channel": "in_app", "template": "note"}},
+        {"send": {"channel": "sms", "template": "note-sms", "priority": "transactional"}},
+    ]
+    save(project, steps)
+    started = trigger(project, ["u1"], data={"what": "Reply from Ada"})
+    [run] = wait_for_runs(engine, started["trigger_id"], {"completed"})
+    wait_until(lambda: sms_to(phones["u1"]), lambda sent: len(sent) == 1, 20, "u1's SMS")
+    sent = project.call("GET", f"/v1/workflow-runs/{run['id']}").get_json()["steps"]
+    priorities = [project.call("GET", f"/v1/messages/{step['message_id']}").get_json()["priority"] for step in sent]
+    assert priorities == ["bulk", "transactional"]
