@@ -16,11 +16,12 @@ from sqlalchemy import Row, select, text
 from sqlalchemy.orm import Session
 
 from app.config import current_settings
-from app.db import enqueue_after_commit, session_scope
+from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import dispatch
 from app.delivery.broker import celery_app
 from app.models import WorkflowTrigger
 from app.workflows import engine, service
+from tasks import isolation
 
 # Members' runs written per fan-out task: a few thousand rows, well under a second.
 MEMBERS_PER_TASK = 5000
@@ -30,12 +31,31 @@ BATCH = 5000
 
 @celery_app.task(name="tidings.workflow_step")
 def workflow_step(run_ids: list[str], step: int) -> int:
-    """Move the named runs on from `step`; how many were there to move."""
-    with session_scope(current_settings().database_url) as session:
-        moved = engine.advance(session, run_ids, step)
-        for signature in moved.publish:
-            enqueue_after_commit(session, signature)
-    return moved.runs
+    """Move the named runs on from `step`, through the door (tasks/isolation.py): a run the
+    step cannot handle ends failed alone, with the reason; how many were there to move."""
+    config = current_settings()
+    moved = 0
+
+    def advance(part: Sequence[str]) -> None:
+        nonlocal moved
+        with session_scope(config.database_url) as session:
+            done = engine.advance(session, part, step)
+            for signature in done.publish:
+                enqueue_after_commit(session, signature)
+        moved += done.runs
+
+    def one_per_task(part: Sequence[str]) -> None:
+        for run_id in part:
+            for signature in dispatch.workflow_steps([run_id], step):
+                publish(signature)
+
+    def fail(run_id: str, why: str) -> bool:
+        with session_scope(config.database_url) as session:
+            return engine.fail_run(session, run_id, f"step {step} {why}")
+
+    with isolation.batch("workflow_step", run_ids, config=config, redispatch=one_per_task, fail_alone=fail) as run:
+        run.in_halves(advance)
+    return moved
 
 
 @celery_app.task(name="tidings.workflow_fan_out")
@@ -65,7 +85,7 @@ def release_parked(session: Session) -> int:
             UPDATE workflow_runs SET parked = false, updated_at = now()
             WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'running' AND parked AND due_at <= now()
                          ORDER BY due_at LIMIT :batch FOR UPDATE SKIP LOCKED)
-            RETURNING id::text, step
+            RETURNING id::text, project_id, step
             """
         ),
         {"batch": BATCH},
@@ -85,7 +105,7 @@ def redispatch_stalled(session: Session, seconds: float) -> int:
                            AND updated_at < now() - make_interval(secs => :stalled)
                            AND COALESCE(due_at, updated_at) < now() - make_interval(secs => :stalled)
                          LIMIT :batch FOR UPDATE SKIP LOCKED)
-            RETURNING id::text, step
+            RETURNING id::text, project_id, step
             """
         ),
         {"batch": BATCH, "stalled": seconds},
@@ -95,9 +115,11 @@ def redispatch_stalled(session: Session, seconds: float) -> int:
 
 
 def _enqueue_steps(session: Session, rows: Sequence[Row]) -> None:
-    by_step: dict[int, list[str]] = defaultdict(list)
+    """Step tasks per project and step: one project's poison never shares a task with
+    another's runs, so it can neither roll them back nor hold them up."""
+    groups: dict[tuple[str, int], list[str]] = defaultdict(list)
     for row in rows:
-        by_step[row.step].append(row.id)
-    for step, ids in by_step.items():
+        groups[(row.project_id, row.step)].append(row.id)
+    for (_, step), ids in groups.items():
         for signature in dispatch.workflow_steps(ids, step):
             enqueue_after_commit(session, signature)

@@ -1,0 +1,279 @@
+"""The isolation door for every task kind: two projects' items in the same task run, one
+poisoned, one good. The good project's item goes on exactly once, the poisoned one ends
+failed with its reason, and `poison_messages` counts it under the task's stage. The task
+functions run in this process against the real PostgreSQL and Redis; what they publish
+goes to the broker, where a worker of the session (if one runs) may take it.
+
+Errors are classified by who caused them (tasks/isolation.py `batch_wide`): the classes
+are checked here against errors the real PostgreSQL raises for them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+import sqlalchemy.exc
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.observability.counters import HASH, labels_text
+from tasks.deliver import deliver_batch
+from tasks.isolation import batch_wide
+from tasks.prepare import prepare_chunk
+from tasks.workflows import redispatch_stalled, release_parked, workflow_step
+from tests.api.test_workflows import save, setup
+from tests.conftest import closed_port, create_project
+from tests.faults.stack import insert_accepted, statuses, wait_until_terminal
+from tests.tasks.test_workflows import runs_for, state
+
+# A token no btree index takes: PostgreSQL refuses its suppression (SQLSTATE 54000, which
+# psycopg2 raises as an OperationalError) though the address is one tenant's data.
+LONG_TOKEN_CHARS = 4000
+
+
+def poisoned(client: redis.Redis, stage: str) -> int:
+    return int(client.hget(HASH, f"poison_messages|{labels_text({'stage': stage})}") or 0)
+
+
+@pytest.fixture
+def counters(migrated: Settings) -> redis.Redis:
+    return redis.Redis.from_url(migrated.redis_url)
+
+
+def error_of(engine, id_: str, table: str = "messages", column: str = "error") -> str | None:
+    with engine.connect() as connection:
+        return connection.execute(
+            text(f"SELECT {column} FROM {table} WHERE id = CAST(:id AS uuid)"), {"id": id_}
+        ).scalar_one()
+
+
+def new_project(engine, channels: str = "email,sms,push") -> str:
+    project_id = f"i-{uuid.uuid4().hex[:10]}"
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO projects (id, name, channels) VALUES (:id, 'Isolation', string_to_array(:c, ','))"),
+            {"id": project_id, "c": channels},
+        )
+    return project_id
+
+
+def insert_push(engine, project_id: str, token: str) -> str:
+    """One accepted push to a raw device token, as the API writes it."""
+    with engine.begin() as connection:
+        return connection.execute(
+            text(
+                """
+                WITH m AS (
+                    INSERT INTO messages (project_id, channel, status, priority, to_address)
+                    VALUES (:project, 'push', 'accepted', 'transactional', :token) RETURNING id
+                )
+                INSERT INTO message_contents (message_id, subject, text) SELECT id, 'Hi', 'Hello' FROM m
+                RETURNING message_id::text
+                """
+            ),
+            {"project": project_id, "token": token},
+        ).scalar_one()
+
+
+def insert_gone_template(engine, project_id: str) -> str:
+    """An accepted email pinned to a template version that is not there: prepare cannot render it."""
+    with engine.begin() as connection:
+        return connection.execute(
+            text(
+                """
+                WITH m AS (
+                    INSERT INTO messages (project_id, channel, status, priority, to_address, template, template_version)
+                    VALUES (:project, 'email', 'accepted', 'transactional', 'ada@example.com', 'gone', 7) RETURNING id
+                )
+                INSERT INTO message_contents (message_id) SELECT id FROM m RETURNING message_id::text
+                """
+            ),
+            {"project": project_id},
+        ).scalar_one()
+
+
+def test_prepare_fails_the_poison_alone_and_prepares_the_other_projects_message(client, engine, migrated, counters):
+    poison = insert_gone_template(engine, new_project(engine))
+    (good,) = insert_accepted(engine, new_project(engine), 1, priority="transactional")
+    before = poisoned(counters, "prepare")
+    prepare_chunk(migrated, [poison, good], "transactional")
+    seen = statuses(engine, [poison, good])
+    assert seen[poison] == "failed"
+    assert seen[good] not in ("accepted", "failed")
+    assert error_of(engine, poison).startswith("prepare could not be processed: KeyError")
+    assert poisoned(counters, "prepare") == before + 1
+
+
+def test_a_simulated_push_token_too_long_to_suppress_fails_alone_in_finalise(client, engine, migrated, counters):
+    """The permanent failure suppresses the token; PostgreSQL refuses an index row that long
+    (54000, an OperationalError to psycopg2): that is the token's trouble, not the batch's."""
+    long_token = "simulator:permanent-failure:" + secrets.token_hex(LONG_TOKEN_CHARS // 2)
+    poison = insert_push(engine, new_project(engine), long_token)
+    good = insert_push(engine, new_project(engine), f"simulator:delivered:{uuid.uuid4().hex}")
+    before = poisoned(counters, "finalise")
+    prepare_chunk(migrated, [poison, good], "transactional")
+    # A worker of the session may have taken them first; then this call finds nothing to claim.
+    deliver_batch(migrated, "simulator", [poison, good], "transactional")
+    seen = wait_until_terminal(engine, [poison, good], timeout=30)
+    assert seen[poison] == "failed"
+    assert seen[good] in ("sent", "delivered")
+    with engine.connect() as connection:
+        attempts = connection.execute(
+            text("SELECT attempts FROM messages WHERE id = CAST(:id AS uuid)"), {"id": good}
+        ).scalar_one()
+    assert attempts == 1
+    assert error_of(engine, poison).startswith("finalise could not be processed: OperationalError")
+    assert poisoned(counters, "finalise") == before + 1
+
+
+# A delay until the end of time plus one second: past what Python's datetime can hold.
+END_OF_TIME = {"when": "9999-12-31T23:59:59+00:00", "what": "x"}
+DELAY_PAST_THE_END = [{"delay": {"until": "{{ when }}", "offset": "1s"}}]
+
+
+def workflow_runs(client, migrated, steps, data) -> tuple[object, str]:
+    """A project of its own with the workflow `steps`, and one run of it for u1 with `data`."""
+    project = create_project(client)
+    setup(project, ["u1"])
+    version = save(project, steps)["version"]
+    (run_id,) = runs_for(project, migrated, version, ["u1"], data)
+    return project, run_id
+
+
+def test_a_workflow_step_fails_the_poisoned_run_alone_and_moves_the_other_projects_run(
+    client, engine, migrated, counters
+):
+    _, poison = workflow_runs(client, migrated, DELAY_PAST_THE_END, END_OF_TIME)
+    _, good = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
+    before = poisoned(counters, "workflow_step")
+    assert workflow_step([poison, good], 0) == 1
+    assert state(engine, [poison]) == [("failed", 0, False, 0)]
+    assert state(engine, [good])[0][:2] in (("running", 1), ("completed", 1))
+    reason = error_of(engine, poison, "workflow_runs", "reason")
+    assert reason.startswith("step 0 could not be processed: OverflowError")
+    assert poisoned(counters, "workflow_step") == before + 1
+    with engine.connect() as connection:
+        ended = connection.execute(
+            text(
+                "SELECT data->>'status', data->>'reason' FROM events "
+                "WHERE type = 'workflow.completed' AND data->>'run_id' = :id"
+            ),
+            {"id": poison},
+        ).all()
+    assert ended == [("failed", reason)]
+
+
+@pytest.mark.parametrize("release", ["parked", "stalled"])
+def test_beat_and_the_sweeper_release_each_projects_runs_in_tasks_of_their_own(client, engine, migrated, release):
+    """Two projects' runs at the same step: each task beat or the sweeper publishes carries one project's."""
+    a, a_run = workflow_runs(client, migrated, [{"delay": {"for": "1h"}}], {"what": "x"})
+    b, b_run = workflow_runs(client, migrated, [{"delay": {"for": "1h"}}], {"what": "x"})
+    runs = [a_run, b_run]
+    if release == "parked":
+        assert workflow_step(runs, 0) == 2
+        moved = "UPDATE workflow_runs SET due_at = now() - interval '1 second' WHERE id = ANY(CAST(:ids AS uuid[]))"
+    else:
+        moved = "UPDATE workflow_runs SET updated_at = now() - interval '1 hour' WHERE id = ANY(CAST(:ids AS uuid[]))"
+    with engine.begin() as connection:
+        connection.execute(text(moved), {"ids": runs})
+    owner = {a_run: a.id, b_run: b.id}
+    session_engine = create_engine(migrated.database_url)
+    try:
+        with session_engine.connect() as connection, connection.begin() as outer:
+            with Session(connection, join_transaction_mode="create_savepoint") as session:
+                if release == "parked":
+                    release_parked(session)
+                else:
+                    redispatch_stalled(session, 60)
+                carried = [list(sig.args[0]) for sig in session.info.get("outbox", [])]
+            outer.rollback()
+    finally:
+        session_engine.dispose()
+    ours = [[owner[i] for i in ids if i in owner] for ids in carried]
+    ours = [projects for projects in ours if projects]
+    assert sorted(map(sorted, ours)) == sorted([[a.id], [b.id]])
+
+
+@pytest.fixture
+def postgres(migrated: Settings) -> Iterator:
+    engine = create_engine(migrated.database_url)
+    yield engine
+    engine.dispose()
+
+
+def raised(postgres, statement: str) -> sqlalchemy.exc.DBAPIError:
+    with pytest.raises(sqlalchemy.exc.DBAPIError) as caught, postgres.connect() as connection:
+        connection.execute(text(statement))
+    return caught.value
+
+
+A_ROW_OF_4000 = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 125) AS g)"
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE TEMP TABLE t (v varchar(3)); INSERT INTO t VALUES ('abcdef')",  # value too long: 22001
+        "SELECT 2147483647::int + 1",  # integer out of range: 22003
+        "SELECT timestamptz '294276-12-31' + interval '1 year'",  # timestamp out of range: 22008
+        "SELECT 'not a number'::int",  # invalid text: 22P02
+        f"CREATE TEMP TABLE i (v text PRIMARY KEY); INSERT INTO i VALUES ({A_ROW_OF_4000})",  # index row: 54000
+    ],
+)
+def test_an_error_a_rows_data_causes_is_that_items_own(postgres, statement):
+    assert not batch_wide(raised(postgres, statement))
+
+
+@pytest.mark.parametrize("error", [OverflowError("date value out of range"), ValueError("year 10000 is out of range")])
+def test_pythons_own_data_errors_are_the_items(error):
+    assert not batch_wide(error)
+
+
+def test_a_terminated_backend_is_the_batchs_trouble(postgres):
+    with postgres.connect() as connection:
+        pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with postgres.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(sqlalchemy.exc.DBAPIError) as caught:
+            connection.execute(text("SELECT 1"))
+    assert batch_wide(caught.value)
+
+
+def test_a_deadlock_is_the_batchs_trouble(postgres):
+    """Two transactions lock two rows in opposite orders; PostgreSQL breaks the cycle (40P01)."""
+    with postgres.begin() as connection:
+        connection.execute(text("CREATE TABLE IF NOT EXISTS deadlock_probe (id int PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO deadlock_probe VALUES (1), (2) ON CONFLICT DO NOTHING"))
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def lock(first: int, second: int) -> None:
+        try:
+            with postgres.begin() as connection:
+                connection.execute(text("SET LOCAL deadlock_timeout = '100ms'"))
+                connection.execute(text("SELECT 1 FROM deadlock_probe WHERE id = :id FOR UPDATE"), {"id": first})
+                barrier.wait(timeout=10)
+                connection.execute(text("SELECT 1 FROM deadlock_probe WHERE id = :id FOR UPDATE"), {"id": second})
+        except sqlalchemy.exc.DBAPIError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=lock, args=pair) for pair in ((1, 2), (2, 1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    (error,) = errors
+    assert error.orig.pgcode == "40P01"
+    assert batch_wide(error)
+
+
+def test_redis_out_of_reach_is_the_batchs_trouble():
+    with pytest.raises(redis.exceptions.ConnectionError) as caught:
+        redis.Redis(port=closed_port(), socket_connect_timeout=1).ping()
+    assert batch_wide(caught.value)
