@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -25,6 +25,7 @@ from app.config import Settings
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
 from tasks.isolation import batch_wide
+from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
 from tasks.workflows import redispatch_stalled, release_parked, workflow_step
 from tests.api.test_workflows import save, setup
@@ -169,6 +170,30 @@ def test_a_workflow_step_fails_the_poisoned_run_alone_and_moves_the_other_projec
     assert ended == [("failed", reason)]
 
 
+def published(migrated: Settings, release: Callable[[Session], object]) -> list[list[str]]:
+    """The ids each task carries that `release` publishes, in a transaction rolled back after."""
+    engine = create_engine(migrated.database_url)
+    try:
+        with engine.connect() as connection, connection.begin() as outer:
+            with Session(connection, join_transaction_mode="create_savepoint") as session:
+                release(session)
+                carried = [next(a for a in task.args if isinstance(a, list)) for task in outbox(session)]
+            outer.rollback()
+    finally:
+        engine.dispose()
+    return [list(ids) for ids in carried]
+
+
+def outbox(session: Session) -> list:
+    return list(session.info.get("outbox", []))
+
+
+def projects_per_task(carried: list[list[str]], owner: dict[str, str]) -> list[list[str]]:
+    """For each published task that carries any of `owner`'s ids, the projects of those ids."""
+    found = [sorted({owner[i] for i in ids if i in owner}) for ids in carried]
+    return sorted(projects for projects in found if projects)
+
+
 @pytest.mark.parametrize("release", ["parked", "stalled"])
 def test_beat_and_the_sweeper_release_each_projects_runs_in_tasks_of_their_own(client, engine, migrated, release):
     """Two projects' runs at the same step: each task beat or the sweeper publishes carries one project's."""
@@ -182,22 +207,29 @@ def test_beat_and_the_sweeper_release_each_projects_runs_in_tasks_of_their_own(c
         moved = "UPDATE workflow_runs SET updated_at = now() - interval '1 hour' WHERE id = ANY(CAST(:ids AS uuid[]))"
     with engine.begin() as connection:
         connection.execute(text(moved), {"ids": runs})
-    owner = {a_run: a.id, b_run: b.id}
-    session_engine = create_engine(migrated.database_url)
-    try:
-        with session_engine.connect() as connection, connection.begin() as outer:
-            with Session(connection, join_transaction_mode="create_savepoint") as session:
-                if release == "parked":
-                    release_parked(session)
-                else:
-                    redispatch_stalled(session, 60)
-                carried = [list(sig.args[0]) for sig in session.info.get("outbox", [])]
-            outer.rollback()
-    finally:
-        session_engine.dispose()
-    ours = [[owner[i] for i in ids if i in owner] for ids in carried]
-    ours = [projects for projects in ours if projects]
-    assert sorted(map(sorted, ours)) == sorted([[a.id], [b.id]])
+    if release == "parked":
+        carried = published(migrated, release_parked)
+    else:
+        carried = published(migrated, lambda session: redispatch_stalled(session, 60))
+    assert projects_per_task(carried, {a_run: a.id, b_run: b.id}) == sorted([[a.id], [b.id]])
+
+
+def test_the_sweeper_dispatches_each_projects_stalled_messages_in_tasks_of_their_own(client, engine, migrated):
+    """Two projects' transactional messages stalled on one lane: one deliver task per project."""
+    owner = {}
+    for project in (new_project(engine), new_project(engine)):
+        for message_id in insert_accepted(engine, project, 2, priority="transactional"):
+            owner[message_id] = project
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE messages SET status = 'ready', provider = 'fake', updated_at = now() - interval '1 hour' "
+                "WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": list(owner)},
+        )
+    carried = published(migrated, lambda session: stalled_messages(session, 60))
+    assert projects_per_task(carried, owner) == sorted([[p] for p in set(owner.values())])
 
 
 @pytest.fixture
