@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import kombu.exceptions
 import psycopg2
@@ -37,6 +37,7 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Redis and broker trouble that belongs to the batch: the whole batch is retried.
 BATCH_WIDE: tuple[type[BaseException], ...] = (
@@ -193,6 +194,7 @@ class Run:
         self.stage = stage
         self.ids = list(ids)
         self.taken: set[str] = set()
+        self.failed: set[str] = set()
         self._fail_alone = fail_alone
         self._client = client
 
@@ -200,21 +202,35 @@ class Run:
         """Mark `ids` as this run's own: a death of its worker from now on counts on them."""
         self.taken.update(ids)
 
-    def in_halves(self, step: Callable[[Sequence[str]], Iterable[str] | None]) -> None:
-        """Run `step` over the run's items, each part in the transaction `step` opens, halving
-        a failure down to the item that fails alone. `step` returns the ids it took (rows
-        another run holds are not its own), or None for all of its part."""
+    def in_halves(
+        self, step: Callable[[Sequence[str]], Iterable[str] | None], *, among: Sequence[str] | None = None
+    ) -> None:
+        """Run `step` over the run's items (or those `among` them), each part in the
+        transaction `step` opens, halving a failure down to the item that fails alone. `step`
+        returns the ids it took (rows another run holds are not its own), or None for all."""
 
         def counted(part: Sequence[str]) -> None:
             taken = step(part)
             self.took(part if taken is None else taken)
 
-        in_halves(self.ids, counted, self.fail)
+        in_halves(self.ids if among is None else among, counted, self.fail)
+
+    def alone(self, item: str, call: Callable[[], T]) -> T | None:
+        """`call` for one item, which fails alone if it raises on its own account: for work
+        that must not be done again in halves (a POST made is made). None when it failed."""
+        try:
+            return call()
+        except Exception as error:
+            if batch_wide(error):
+                raise
+            self.fail(item, reason(error))
+            return None
 
     def fail(self, item: str, why: str) -> None:
         """Fail one item with the reason, and count it if it was still there to fail."""
         logger.warning("%s failed alone in %s: %s", item, self.stage, why)
         self.took([item])
+        self.failed.add(item)
         if self._fail_alone(item, why):
             increment(self._client, "poison_messages", stage=self.stage)
 

@@ -175,6 +175,28 @@ def record_attempts(session: Session, attempts: Sequence[Attempt], settled: Sequ
     )
 
 
+def fail_alone(session: Session, delivery_id: str, error: str) -> bool:
+    """Fail one delivery its task could not handle, with `error` (storable, app.delivery.store)
+    as its attempt's reason, so the other deliveries of its task go on; False if it had ended."""
+    row = session.execute(
+        text(
+            """
+            UPDATE webhook_deliveries SET status = 'failed', claimed_at = NULL, updated_at = now()
+            WHERE id = CAST(:id AS uuid) AND status IN ('pending', 'retrying', 'sending')
+            RETURNING id
+            """
+        ),
+        {"id": delivery_id},
+    ).first()
+    if row is None:
+        return False
+    session.execute(
+        text("INSERT INTO webhook_attempts (delivery_id, error, duration_ms) VALUES (CAST(:id AS uuid), :error, 0)"),
+        {"id": delivery_id, "error": error},
+    )
+    return True
+
+
 GONE_REASON = "the endpoint answered 410 Gone"
 FAILING_REASON = "every attempt failed for {days:g} days"
 

@@ -22,15 +22,19 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.delivery.webhook_store import webhook_id
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
 from tasks.isolation import batch_wide
 from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
+from tasks.reports import Item, apply_all
+from tasks.webhooks import deliver_webhooks
 from tasks.workflows import redispatch_stalled, release_parked, workflow_step
 from tests.api.test_workflows import save, setup
 from tests.conftest import closed_port, create_project
 from tests.faults.stack import insert_accepted, statuses, wait_until_terminal
+from tests.tasks.test_webhooks import Receiver, endpoint
 from tests.tasks.test_workflows import runs_for, state
 
 # A token no btree index takes: PostgreSQL refuses its suppression (SQLSTATE 54000, which
@@ -309,3 +313,91 @@ def test_redis_out_of_reach_is_the_batchs_trouble():
     with pytest.raises(redis.exceptions.ConnectionError) as caught:
         redis.Redis(port=closed_port(), socket_connect_timeout=1).ping()
     assert batch_wide(caught.value)
+
+
+def test_a_webhook_delivery_that_cannot_be_signed_fails_alone_and_the_other_projects_is_posted_once(
+    client, engine, migrated, counters, httpserver
+):
+    """Project A's endpoint secret no longer decrypts (written past the API, or under a key
+    since rotated away): its delivery fails alone; B's, in the same task, is posted once."""
+    receiver = Receiver(httpserver)
+    a, b = create_project(client), create_project(client)
+    delivery = {}
+    for project in (a, b):
+        hook = endpoint(project, receiver.url)
+        with engine.begin() as connection:
+            delivery[project.id] = connection.execute(
+                text(
+                    """
+                    INSERT INTO webhook_deliveries (endpoint_id, project_id, events)
+                    VALUES (CAST(:endpoint AS uuid), :project, CAST(:events AS jsonb)) RETURNING id::text
+                    """
+                ),
+                {"endpoint": hook["id"], "project": project.id, "events": '[{"type": "test"}]'},
+            ).scalar_one()
+            if project is a:
+                connection.execute(
+                    text("UPDATE webhook_endpoints SET secret = 'not a secret' WHERE id = CAST(:id AS uuid)"),
+                    {"id": hook["id"]},
+                )
+    before = poisoned(counters, "webhooks")
+    deliver_webhooks([delivery[a.id], delivery[b.id]])
+    assert [r["id"] for r in receiver.received] == [webhook_id(delivery[b.id])]
+    with engine.connect() as connection:
+        ended = dict(
+            connection.execute(
+                text(
+                    """
+                    SELECT d.id::text, d.status || ': ' || COALESCE(string_agg(a.error, '; '), '')
+                    FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
+                    WHERE d.id = ANY(CAST(:ids AS uuid[])) GROUP BY d.id
+                    """
+                ),
+                {"ids": list(delivery.values())},
+            ).all()
+        )
+    assert ended[delivery[b.id]] == "succeeded: "
+    assert ended[delivery[a.id]].startswith("failed: webhooks could not be processed: InvalidToken")
+    assert poisoned(counters, "webhooks") == before + 1
+
+
+def sent_message(engine, project_id: str) -> str:
+    """A message the simulator took, waiting for its reports."""
+    (message_id,) = insert_accepted(engine, project_id, 1, priority="transactional")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE messages SET status = 'sent', provider = 'simulator', provider_message_id = :pid "
+                "WHERE id = CAST(:id AS uuid)"
+            ),
+            {"id": message_id, "pid": f"sim-{message_id}"},
+        )
+    return message_id
+
+
+def test_a_report_that_cannot_be_applied_is_left_out_alone_and_the_other_projects_apply(
+    client, engine, migrated, counters
+):
+    """A report kind this worker does not know (a newer one's, during a rolling deploy)
+    shares a reports task with another project's delivered and opened reports."""
+    a, b = new_project(engine), new_project(engine)
+    poison, good = sent_message(engine, a), sent_message(engine, b)
+    before = poisoned(counters, "reports")
+    apply_all(
+        migrated,
+        "simulator",
+        [
+            Item(poison, a, f"sim-{poison}", "teleported", ""),
+            Item(good, b, f"sim-{good}", "delivered", ""),
+            Item(poison, a, f"sim-{poison}", "delivered", ""),
+            Item(good, b, f"sim-{good}", "opened", ""),
+        ],
+    )
+    assert statuses(engine, [poison, good]) == {poison: "sent", good: "delivered"}
+    with engine.connect() as connection:
+        opened = connection.execute(
+            text("SELECT count(*) FROM message_engagements WHERE message_id = CAST(:id AS uuid) AND kind = 'opened'"),
+            {"id": good},
+        ).scalar_one()
+    assert opened == 1
+    assert poisoned(counters, "reports") == before + 1
