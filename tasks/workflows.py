@@ -22,6 +22,7 @@ from app.delivery.broker import celery_app
 from app.models import WorkflowTrigger
 from app.workflows import engine, service
 from tasks import isolation
+from tasks.fanout import stop_fan_out
 
 # Members' runs written per fan-out task: a few thousand rows, well under a second.
 MEMBERS_PER_TASK = 5000
@@ -60,21 +61,32 @@ def workflow_step(run_ids: list[str], step: int) -> int:
 
 @celery_app.task(name="tidings.workflow_fan_out")
 def workflow_fan_out(trigger_id: str) -> int:
-    """Write the runs of the next chunk of a topic trigger's members; how many it wrote."""
-    with session_scope(current_settings().database_url) as session:
-        trigger = session.scalar(
-            select(WorkflowTrigger)
-            .where(WorkflowTrigger.id == trigger_id, WorkflowTrigger.fanout_done_at.is_(None))
-            .with_for_update()
-        )
-        if trigger is None:  # done already: this was a repeated message
-            return 0
-        ids = service.write_topic_runs(session, trigger, MEMBERS_PER_TASK)
-        for signature in dispatch.workflow_steps(ids, 0):
-            enqueue_after_commit(session, signature)
-        if len(ids) == MEMBERS_PER_TASK:
-            enqueue_after_commit(session, dispatch.workflow_fan_out(trigger_id))
-    return len(ids)
+    """Write the runs of the next chunk of a topic trigger's members; how many it wrote.
+    Through the door, as a topic send's (tasks/fanout.py)."""
+    config = current_settings()
+    written = 0
+
+    def write(_: Sequence[str]) -> None:
+        nonlocal written
+        with session_scope(config.database_url) as session:
+            trigger = session.scalar(
+                select(WorkflowTrigger)
+                .where(WorkflowTrigger.id == trigger_id, WorkflowTrigger.fanout_done_at.is_(None))
+                .with_for_update()
+            )
+            if trigger is None:  # done already: this was a repeated message
+                return
+            ids = service.write_topic_runs(session, trigger, MEMBERS_PER_TASK)
+            for signature in dispatch.workflow_steps(ids, 0):
+                enqueue_after_commit(session, signature)
+            if len(ids) == MEMBERS_PER_TASK:
+                enqueue_after_commit(session, dispatch.workflow_fan_out(trigger_id))
+        written = len(ids)
+
+    stop = stop_fan_out(config, "workflow_triggers")
+    with isolation.batch("workflow_fan_out", [trigger_id], config=config, fail_alone=stop) as run:
+        run.in_halves(write)
+    return written
 
 
 def release_parked(session: Session) -> int:

@@ -25,12 +25,14 @@ from app.config import Settings
 from app.delivery.webhook_store import webhook_id
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
+from tasks.fanout import fan_out
 from tasks.isolation import batch_wide
 from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
 from tasks.reports import Item, apply_all
 from tasks.webhooks import deliver_webhooks
 from tasks.workflows import redispatch_stalled, release_parked, workflow_step
+from tests.api.test_topics import copy_of_batch, scheduled_topic_send, written
 from tests.api.test_workflows import save, setup
 from tests.conftest import closed_port, create_project
 from tests.faults.stack import insert_accepted, statuses, wait_until_terminal
@@ -215,6 +217,10 @@ def test_beat_and_the_sweeper_release_each_projects_runs_in_tasks_of_their_own(c
         carried = published(migrated, release_parked)
     else:
         carried = published(migrated, lambda session: redispatch_stalled(session, 60))
+    with engine.begin() as connection:  # no other test's beat may find them
+        connection.execute(
+            text("UPDATE workflow_runs SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": runs}
+        )
     assert projects_per_task(carried, {a_run: a.id, b_run: b.id}) == sorted([[a.id], [b.id]])
 
 
@@ -233,6 +239,10 @@ def test_the_sweeper_dispatches_each_projects_stalled_messages_in_tasks_of_their
             {"ids": list(owner)},
         )
     carried = published(migrated, lambda session: stalled_messages(session, 60))
+    with engine.begin() as connection:  # no other test's sweeper may find them
+        connection.execute(
+            text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": list(owner)}
+        )
     assert projects_per_task(carried, owner) == sorted([[p] for p in set(owner.values())])
 
 
@@ -401,3 +411,31 @@ def test_a_report_that_cannot_be_applied_is_left_out_alone_and_the_other_project
         ).scalar_one()
     assert opened == 1
     assert poisoned(counters, "reports") == before + 1
+
+
+def test_a_topic_fan_out_that_cannot_go_on_ends_alone_instead_of_failing_at_every_sweep(
+    client, engine, migrated, counters
+):
+    """A topic send whose stored columns PostgreSQL refuses (a category longer than its
+    column, written past the API's check): its fan-out ends, counted; another project's
+    fan-out writes all its members."""
+    poisoned_project, good_project = create_project(client), create_project(client)
+    poison = copy_of_batch(engine, scheduled_topic_send(poisoned_project, engine, 3))
+    good = copy_of_batch(engine, scheduled_topic_send(good_project, engine, 3))
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE batches SET fanout = fanout || jsonb_build_object('category', repeat('c', 300)) WHERE id = :b"
+            ),
+            {"b": poison},
+        )
+    before = poisoned(counters, "fan_out")
+    assert fan_out(poison) == 0
+    assert fan_out(good) == 3
+    assert written(engine, poison) == (0, 0) and written(engine, good) == (3, 3)
+    with engine.connect() as connection:
+        done = connection.execute(
+            text("SELECT fanout_done_at IS NOT NULL FROM batches WHERE id = :b"), {"b": poison}
+        ).scalar_one()
+    assert done  # the sweeper no longer takes it up
+    assert poisoned(counters, "fan_out") == before + 1
