@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import requests
 from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
@@ -98,10 +99,19 @@ def deliver_webhooks(ids: list[str]) -> None:
 @celery_app.task(name="tidings.webhooks.release")
 def release_webhooks() -> int:
     """Dispatch deliveries whose wait is over and reclaim those a dead worker held."""
-    config = current_settings()
-    with session_scope(config.database_url) as session:
-        due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, config.claim_timeout, RELEASE_BATCH)
-        for signature in dispatch.webhooks(due):
+    with session_scope(current_settings().database_url) as session:
+        return release(session)
+
+
+def release(session: Session) -> int:
+    """Release what is due, in tasks per project: one project's poison never shares a task
+    with another's deliveries, so it can neither roll them back nor hold them up."""
+    due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, current_settings().claim_timeout, RELEASE_BATCH)
+    by_project: dict[str, list[str]] = defaultdict(list)
+    for row in due:
+        by_project[row.project_id].append(row.id)
+    for ids in by_project.values():
+        for signature in dispatch.webhooks(ids):
             enqueue_after_commit(session, signature)
     return len(due)
 

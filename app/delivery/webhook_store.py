@@ -239,13 +239,13 @@ def settle_endpoints(session: Session, attempts: Sequence[Attempt], disable_afte
     ).all()
 
 
-def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> list[str]:
+def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> Sequence[Row]:
     """Deliveries whose wait is over (parked long retries, lost tasks) and claims whose
-    worker died: made due now and returned, for the caller to dispatch after commit."""
-    return list(
-        session.execute(
-            text(
-                """
+    worker died: made due now and returned with their project, for the caller to dispatch
+    after commit."""
+    return session.execute(
+        text(
+            """
                 UPDATE webhook_deliveries d
                 SET status = CASE WHEN d.status = 'sending' THEN 'retrying' ELSE d.status END,
                     next_attempt_at = now(), claimed_at = NULL, updated_at = now()
@@ -256,12 +256,11 @@ def release_due(session: Session, grace: float, claim_timeout: float, batch: int
                            AND d2.next_attempt_at <= now() - make_interval(secs => :grace))
                        OR (d2.status = 'sending' AND d2.claimed_at < now() - make_interval(secs => :timeout))
                     LIMIT :batch FOR UPDATE OF d2 SKIP LOCKED)
-                RETURNING d.id::text
+                RETURNING d.id::text, d.project_id
                 """
-            ),
-            {"grace": grace, "timeout": claim_timeout, "batch": batch},
-        ).scalars()
-    )
+        ),
+        {"grace": grace, "timeout": claim_timeout, "batch": batch},
+    ).all()
 
 
 def webhook_id(delivery_id: str) -> str:

@@ -31,6 +31,7 @@ from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
 from tasks.reports import Item, apply_all
 from tasks.webhooks import deliver_webhooks
+from tasks.webhooks import release as release_webhook_deliveries
 from tasks.workflows import redispatch_stalled, release_parked, workflow_step
 from tests.api.test_topics import copy_of_batch, scheduled_topic_send, written
 from tests.api.test_workflows import save, setup
@@ -439,3 +440,29 @@ def test_a_topic_fan_out_that_cannot_go_on_ends_alone_instead_of_failing_at_ever
         ).scalar_one()
     assert done  # the sweeper no longer takes it up
     assert poisoned(counters, "fan_out") == before + 1
+
+
+def test_beat_releases_each_projects_webhook_deliveries_in_tasks_of_their_own(client, engine, migrated):
+    owner = {}
+    for project in (create_project(client), create_project(client)):
+        hook = endpoint(project, "http://127.0.0.1:9/hook")
+        with engine.begin() as connection:
+            for _ in range(2):
+                delivery = connection.execute(
+                    text(
+                        """
+                        INSERT INTO webhook_deliveries (endpoint_id, project_id, events, next_attempt_at)
+                        VALUES (CAST(:endpoint AS uuid), :project, '[{"type": "test"}]', now() - interval '1 hour')
+                        RETURNING id::text
+                        """
+                    ),
+                    {"endpoint": hook["id"], "project": project.id},
+                ).scalar_one()
+                owner[delivery] = project.id
+    carried = published(migrated, release_webhook_deliveries)
+    with engine.begin() as connection:  # no other test's beat may find them
+        connection.execute(
+            text("UPDATE webhook_deliveries SET status = 'failed' WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": list(owner)},
+        )
+    assert projects_per_task(carried, owner) == sorted([[p] for p in set(owner.values())])
