@@ -54,6 +54,14 @@ BATCH_WIDE: tuple[type[BaseException], ...] = (
 BATCH_WIDE_CLASSES = ("08", "53")
 BATCH_WIDE_CODES = ("57P01", "57P02", "57P03", "40001", "40P01")
 
+# Database errors that, without a SQLSTATE, can only mean the connection is gone.
+CONNECTION_ERRORS = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+)
+
 # An item whose own runs died this often is failed instead of run again: more than once,
 # so that one deploy's hard kill never fails an item that was merely in flight.
 KILLED_RUNS = 3
@@ -153,15 +161,6 @@ def batch_wide(error: BaseException) -> bool:
     if code is None:
         return isinstance(error, CONNECTION_ERRORS)
     return code[:2] in BATCH_WIDE_CLASSES or code in BATCH_WIDE_CODES
-
-
-# Database errors that, without a SQLSTATE, can only mean the connection is gone.
-CONNECTION_ERRORS = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    psycopg2.OperationalError,
-    psycopg2.InterfaceError,
-)
 
 
 def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], Any], alone: Callable[[str, str], Any]) -> None:

@@ -26,7 +26,7 @@ from app.delivery.webhook_store import webhook_id
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
 from tasks.fanout import fan_out
-from tasks.isolation import batch_wide
+from tasks.isolation import KILLED_RUNS, UnfinishedRuns, batch_wide
 from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
 from tasks.reports import Item, apply_all
@@ -466,3 +466,15 @@ def test_beat_releases_each_projects_webhook_deliveries_in_tasks_of_their_own(cl
             {"ids": list(owner)},
         )
     assert projects_per_task(carried, owner) == sorted([[p] for p in set(owner.values())])
+
+
+def test_a_workflow_run_that_keeps_killing_its_worker_is_failed_without_another_try(client, engine, migrated, counters):
+    """Its runs died KILLED_RUNS times (counted as prepare's and deliver's are): the step
+    task fails it with the reason instead of running it again."""
+    _, run_id = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
+    deaths = UnfinishedRuns(counters, "workflow_step")
+    counters.hset(deaths.key, run_id, KILLED_RUNS)
+    assert workflow_step([run_id], 0) == 0
+    assert state(engine, [run_id]) == [("failed", 0, False, 0)]
+    assert error_of(engine, run_id, "workflow_runs", "reason") == f"step 0 killed its worker {KILLED_RUNS} times"
+    assert counters.hget(deaths.key, run_id) is None
