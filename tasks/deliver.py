@@ -150,26 +150,17 @@ def send(
         ids = ids[: grant.granted]
     if not ids:
         return []
-    deaths = isolation.UnfinishedRuns(client, "deliver")
-
-    def fail(message_id: str, why: str) -> None:
-        isolation.fail_poisoned(config, "deliver", MessageStatus.READY, message_id, why)
-
-    if not deaths.admit(ids, lambda part: one_per_task(provider, priority, part), fail):
-        return []
-    try:
+    fail = isolation.fail_message(config, "deliver", MessageStatus.READY)
+    with isolation.batch(
+        "deliver", ids, config=config, redispatch=lambda part: one_per_task(provider, priority, part), fail_alone=fail
+    ) as run:
+        if not run.ids:
+            return []
         with session_scope(config.database_url) as session:
-            claimed = in_order(store.claim(session, provider, ids, current_worker(), str(uuid.uuid4())))
+            claimed = in_order(store.claim(session, provider, run.ids, current_worker(), str(uuid.uuid4())))
             files, known = materials(session, claimed)
-    except Exception:  # the claim failed (the database went away): no death, so no split nor count after it
-        deaths.undo(ids)
-        raise
-    mine = [row.id for row in claimed]
-    deaths.undo(sorted(set(ids) - set(mine)))  # not this run's to count: another run's, or done
-    try:
+        run.took(row.id for row in claimed)  # the rest are not this run's to count: another run's, or done
         return send_claimed(config, client, provider, priority, claimed, files, known)
-    finally:  # an exception ended the run, not a death: it counts for nothing
-        deaths.finish(mine)
 
 
 def in_order(claimed: Sequence[Row]) -> list[Row]:
@@ -234,11 +225,9 @@ def send_claimed(
                     enqueue_after_commit(session, signature)
         applied.update(done)
 
-    isolation.in_halves(
-        [o.message_id for o in outcomes],
-        finish,
-        lambda message_id, why: isolation.fail_poisoned(config, "finalise", MessageStatus.SENDING, message_id, why),
-    )
+    fail = isolation.fail_message(config, "finalise", MessageStatus.SENDING)
+    with isolation.batch("finalise", [o.message_id for o in outcomes], config=config, fail_alone=fail) as door:
+        door.in_halves(finish)
     for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
         increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
     instrument.delivered(client, provider, claimed, outcomes, [s for _, run in runs for s in run.call_seconds])

@@ -1,27 +1,31 @@
-"""One message's poison fails that message, never the batch it shares with other projects.
+"""One door for every task that carries several projects' items: a poison fails its item alone.
 
-Prepare and finalise run set-based over up to 500 messages of many projects in one
-transaction, so one message whose data the code cannot handle, or whose values the
-database refuses, would fail them all, again at every sweep. When such a step raises
-anything that is not the batch's own trouble (the database, Redis or the broker
-unreachable: those retry the whole batch, as before), the step runs again on each half,
-down to the message that fails alone, which is failed with the error as its reason. One
-poison in 500 costs about 2·log2(500) ≈ 18 more transactions, once.
+Prepare, deliver, finalise, workflow steps, webhook deliveries and reports each run
+set-based over up to 500 items of many projects in one transaction, so one item whose data
+the code cannot handle, or whose values the database refuses, would fail them all, again
+at every sweep. Every such task goes through `batch`: each part runs in its own
+transaction, and a failure that is not the batch's own trouble (`batch_wide`: the database,
+Redis or the broker unreachable, a deadlock; those retry the whole batch) runs again on
+each half, down to the item that fails alone, which is failed with the error as its reason
+and counted (`poison_messages`, by stage). One poison in 500 costs about
+2·log2(500) ≈ 18 more transactions, once.
 
-A message whose handling kills its worker (out of memory, a crash, a hard time limit)
+An item whose handling kills its worker (out of memory, a crash, a hard time limit)
 leaves no exception to catch: its runs are counted instead (UnfinishedRuns). The run
-after one that died goes one task per message, and a message whose own runs keep dying
-is failed without another try (UnfinishedRuns.admit, for prepare and deliver): a few
-worker deaths, whatever the size of its batch, and its batch-mates go on after the first.
+after one that died goes one task per item, and an item whose own runs keep dying is
+failed without another try (UnfinishedRuns.admit): a few worker deaths, whatever the size
+of its batch, and its batch-mates go on after the first.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import kombu.exceptions
+import psycopg2
 import redis
 import sqlalchemy.exc
 
@@ -33,19 +37,33 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
-# Trouble that belongs to the batch, not to a message in it: the whole batch is retried.
+# Redis and broker trouble that belongs to the batch: the whole batch is retried.
 BATCH_WIDE: tuple[type[BaseException], ...] = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    sqlalchemy.exc.TimeoutError,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.OutOfMemoryError,
     kombu.exceptions.OperationalError,
+    sqlalchemy.exc.TimeoutError,  # no connection free in the pool
+    sqlalchemy.exc.DisconnectionError,
+)
+# SQLSTATE classes and codes of the server's trouble, not a row's: connection exceptions,
+# insufficient resources, shutdowns, and lost races (serialization failure, deadlock).
+BATCH_WIDE_CLASSES = ("08", "53")
+BATCH_WIDE_CODES = ("57P01", "57P02", "57P03", "40001", "40P01")
+
+# Database errors that, without a SQLSTATE, can only mean the connection is gone.
+CONNECTION_ERRORS = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
 )
 
-# A message whose own runs died this often is failed instead of run again: more than once,
-# so that one deploy's hard kill never fails a message that was merely in flight.
+# An item whose own runs died this often is failed instead of run again: more than once,
+# so that one deploy's hard kill never fails an item that was merely in flight.
 KILLED_RUNS = 3
 
 
@@ -78,11 +96,11 @@ for id in string.gmatch(ARGV[1], '%S+') do redis.call('HDEL', KEYS[1], id) end
 
 
 class UnfinishedRuns:
-    """Runs of a stage that started on a message and did not finish, per message, in Redis:
+    """Runs of a stage that started on an item and did not finish, per item, in Redis:
     what is left of a batch whose worker was killed. One hash per stage; a finished run
-    deletes its messages' counts, so it holds only messages whose runs died."""
+    deletes its items' counts, so it holds only items whose runs died."""
 
-    # Counts of messages that never come back (cancelled, erased) go with the hash after this.
+    # Counts of items that never come back (cancelled, erased, ended) go with the hash after this.
     KEEP_SECONDS = 24 * 3600
 
     def __init__(self, client: redis.Redis, stage: str):
@@ -99,8 +117,8 @@ class UnfinishedRuns:
         return int(self._start(keys=[self.key], args=[self.KEEP_SECONDS, " ".join(ids)]))
 
     def undo(self, ids: Sequence[str]) -> None:
-        """This run will not happen after all (its messages go one per task, or were not its
-        to take): uncount it, forgetting the messages no dead run holds."""
+        """This run will not happen after all (its items go one per task, or were not its
+        to take): uncount it, forgetting the items no dead run holds."""
         if ids:
             self._undo(keys=[self.key], args=[" ".join(ids)])
 
@@ -112,7 +130,7 @@ class UnfinishedRuns:
         self, ids: Sequence[str], one_per_task: Callable[[Sequence[str]], Any], fail: Callable[[str, str], Any]
     ) -> bool:
         """Count this run on `ids`; whether it may go ahead. After a run holding some of them
-        died, they go `one_per_task` instead, to find the killer; a message whose own runs
+        died, they go `one_per_task` instead, to find the killer; an item whose own runs
         died KILLED_RUNS times is failed with the reason instead of run again. A run that
         goes ahead ends with `finish` (or `undo`) on every id, whatever happens short of death."""
         unfinished = self.start(ids)
@@ -126,14 +144,35 @@ class UnfinishedRuns:
         return True
 
 
-def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], None], alone: Callable[[str, str], None]) -> None:
-    """Run `step` on `ids`; if it fails on a message's account, on each half instead, until
-    the message that fails alone is handed to `alone` with the reason."""
+def batch_wide(error: BaseException) -> bool:
+    """Whether `error` is the batch's trouble (retry it whole) rather than one item's (fail it alone).
+
+    Decided by who caused it, not by the exception's class: psycopg2 calls an index row too
+    large or a numeric field overflow an OperationalError, yet one row's data caused it. A
+    database error is the batch's when its connection was lost (invalidated, or a driver's
+    connection error with no SQLSTATE) or when its SQLSTATE names the server's trouble.
+    """
+    if isinstance(error, BATCH_WIDE):
+        return True
+    if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    driver = error.orig if isinstance(error, sqlalchemy.exc.DBAPIError) else error
+    code = getattr(driver, "pgcode", None)
+    if code is None:
+        return isinstance(error, CONNECTION_ERRORS)
+    return code[:2] in BATCH_WIDE_CLASSES or code in BATCH_WIDE_CODES
+
+
+def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], Any], alone: Callable[[str, str], Any]) -> None:
+    """Run `step` on `ids`; if it fails on an item's account, on each half instead, until
+    the item that fails alone is handed to `alone` with the reason."""
+    if not ids:
+        return
     try:
         step(ids)
-    except BATCH_WIDE:
-        raise
     except Exception as error:
+        if batch_wide(error):
+            raise
         if len(ids) == 1:
             alone(ids[0], reason(error))
             return
@@ -146,11 +185,90 @@ def reason(error: Exception) -> str:
     return f"could not be processed: {type(error).__name__}: {error}"
 
 
-def fail_poisoned(config: Settings, stage: str, expected: MessageStatus, message_id: str, why: str) -> None:
-    """Fail one message that its batch step could not handle, with the reason in its timeline."""
-    logger.warning("message failed alone in %s: %s", stage, why, extra={"message_id": message_id})
-    with session_scope(config.database_url) as session:
-        failed = store.fail_alone(session, message_id, expected, f"{stage} {why}")
-    UnfinishedRuns(redis_for(config.redis_url), stage).finish([message_id])
-    if failed:
-        increment(redis_for(config.redis_url), "poison_messages", stage=stage)
+class Run:
+    """One task's pass through the door (`batch`): the items it may handle, those it took,
+    and what it does with one that fails alone."""
+
+    def __init__(self, stage: str, ids: Sequence[str], fail_alone: Callable[[str, str], bool], client: redis.Redis):
+        self.stage = stage
+        self.ids = list(ids)
+        self.taken: set[str] = set()
+        self.failed: set[str] = set()
+        self._fail_alone = fail_alone
+        self._client = client
+
+    def took(self, ids: Iterable[str]) -> None:
+        """Mark `ids` as this run's own: a death of its worker from now on counts on them."""
+        self.taken.update(ids)
+
+    def in_halves(
+        self, step: Callable[[Sequence[str]], Iterable[str] | None], *, among: Sequence[str] | None = None
+    ) -> None:
+        """Run `step` over the run's items (or those `among` them), each part in the
+        transaction `step` opens, halving a failure down to the item that fails alone. `step`
+        returns the ids it took (rows another run holds are not its own), or None for all."""
+
+        def counted(part: Sequence[str]) -> None:
+            taken = step(part)
+            self.took(part if taken is None else taken)
+
+        in_halves(self.ids if among is None else among, counted, self.fail)
+
+    def alone(self, item: str, call: Callable[[], T]) -> T | None:
+        """`call` for one item, which fails alone if it raises on its own account: for work
+        that must not be done again in halves (a POST made is made). None when it failed."""
+        try:
+            return call()
+        except Exception as error:
+            if batch_wide(error):
+                raise
+            self.fail(item, reason(error))
+            return None
+
+    def fail(self, item: str, why: str) -> None:
+        """Fail one item with the reason, and count it if it was still there to fail."""
+        logger.warning("%s failed alone in %s: %s", item, self.stage, why)
+        self.took([item])
+        self.failed.add(item)
+        if self._fail_alone(item, why):
+            increment(self._client, "poison_messages", stage=self.stage)
+
+
+@contextmanager
+def batch(
+    stage: str,
+    ids: Sequence[str],
+    *,
+    config: Settings,
+    fail_alone: Callable[[str, str], bool],
+    redispatch: Callable[[Sequence[str]], Any] | None = None,
+) -> Iterator[Run]:
+    """The door every task that carries several projects' items goes through.
+
+    With `redispatch`, the deaths of the stage's runs are counted per item: after a run that
+    died, the items go `redispatch` (one per task) instead and the run gets none; an item
+    whose runs keep dying is failed. Every item the run took is finished on the way out,
+    whatever happens short of death; the others are not its to count.
+    """
+    client = redis_for(config.redis_url)
+    run = Run(stage, ids, fail_alone, client)
+    deaths = UnfinishedRuns(client, stage) if redispatch is not None and run.ids else None
+    if deaths is not None and not deaths.admit(run.ids, redispatch, run.fail):
+        run.ids = []
+    try:
+        yield run
+    finally:
+        if deaths is not None:
+            deaths.finish(sorted(run.taken))
+            deaths.undo(sorted(set(run.ids) - run.taken))
+
+
+def fail_message(config: Settings, stage: str, expected: MessageStatus) -> Callable[[str, str], bool]:
+    """Fail one message still at `expected` that its batch could not handle, with the reason
+    in its timeline: what a message stage's door does with its poison."""
+
+    def fail(message_id: str, why: str) -> bool:
+        with session_scope(config.database_url) as session:
+            return store.fail_alone(session, message_id, expected, f"{stage} {why}")
+
+    return fail

@@ -284,6 +284,12 @@ def enqueue_prepare(session: Session, rows: Sequence[Row], spare: bool = False) 
 
 
 def enqueue_deliver(session: Session, rows: Sequence[Row], spare: bool = False) -> None:
-    messages = ((row.id, row.provider, row.priority, row.project_id) for row in rows)
-    for task in dispatch.deliver_by_lane(messages, spare):
-        enqueue_after_commit(session, task)
+    """Per lane and project: one project's poison never shares a deliver task with another's
+    rows, so it can neither roll them back nor hold them up; bulk work goes back to its
+    project's turn."""
+    by_lane: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for row in rows:
+        by_lane[(row.provider, row.priority, row.project_id)].append(row.id)
+    for (provider, priority, project), ids in by_lane.items():
+        for signature in dispatch.deliver(provider, priority, ids, project=project, spare=spare):
+            enqueue_after_commit(session, signature)

@@ -71,33 +71,16 @@ def prepare_next(priority: str = Priority.BULK) -> None:
 
 
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:
-    """One chunk, however it came: a run that died before splits it, a message that kills
-    its worker is failed, one that raises fails alone (tasks/isolation.py)."""
-    if not ids:  # nothing to prepare, nor to count in Redis
-        return
-    runs = isolation.UnfinishedRuns(redis_for(config.redis_url), "prepare")
-
-    def fail(message_id: str, why: str) -> None:
-        isolation.fail_poisoned(config, "prepare", MessageStatus.ACCEPTED, message_id, why)
+    """One chunk, however it came, through the door (tasks/isolation.py): a run that died
+    before splits it, a message that kills its worker is failed, one that raises fails alone."""
 
     def one_per_task(part: Sequence[str]) -> None:
         for signature in dispatch.prepare(part, priority, size=1):
             publish(signature)
 
-    if not runs.admit(ids, one_per_task, fail):
-        return
-    taken: set[str] = set()
-
-    def step(part: Sequence[str]) -> None:
-        taken.update(prepare_batch(config, part))
-
-    try:
-        isolation.in_halves(ids, step, fail)
-    finally:  # an exception ended the run, not a death: it counts for nothing
-        runs.finish(sorted(taken))
-        # Not this run's to count: another run holds them (whose death must still count), or
-        # done (one failed alone was finished by `fail`).
-        runs.undo(sorted(set(ids) - taken))
+    fail = isolation.fail_message(config, "prepare", MessageStatus.ACCEPTED)
+    with isolation.batch("prepare", ids, config=config, redispatch=one_per_task, fail_alone=fail) as run:
+        run.in_halves(lambda part: prepare_batch(config, part))
 
 
 def prepare_batch(config: Settings, ids: Sequence[str]) -> list[str]:

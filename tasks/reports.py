@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import zip_longest
 from typing import NamedTuple
 
+import redis
 from sqlalchemy import Row
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_factory
@@ -29,6 +31,7 @@ from app.redis_client import redis_for
 from app.services import engagement, inbound
 from providers.base import Outcome, SendResult
 from providers.inbound.base import HARD, InboundEvent, Kind
+from tasks import isolation
 
 # What the tracker records rather than a status webhook: a reader's open and click.
 TRACKED = {EventType.OPENED.value, EventType.CLICKED.value}
@@ -65,20 +68,31 @@ def apply_reports(provider: str, items: list[list[str]]) -> None:
 
 
 def apply_all(config: Settings, provider: str, items: Sequence[Item]) -> None:
-    """Round by round: every message's first report, then every second one, and so on."""
+    """Round by round: every message's first report, then every second one, and so on. Each
+    round goes through the door (tasks/isolation.py): a message whose report cannot be
+    applied is left out alone, with the reason in the log, and so are its later reports."""
     by_message: dict[str, list[Item]] = defaultdict(list)
     for item in items:
         by_message[item.message_id].append(item)
     db = session_factory(config.database_url)
     client = redis_for(config.redis_url)
-    for round_ in zip_longest(*by_message.values()):
-        due = [item for item in round_ if item is not None]
-        news = [inbound_event(item) for item in due if item.kind not in TRACKED]
-        if news:
-            inbound.record(db, client, provider, provider, None, news)
-        for item in due:
-            if item.kind in TRACKED:
-                engagement.record(db, item.project_id, item.message_id, EventType(item.kind), item.url)
+    with isolation.batch("reports", list(by_message), config=config, fail_alone=lambda *_: True) as run:
+        for round_ in zip_longest(*by_message.values()):
+            due = [item for item in round_ if item is not None and item.message_id not in run.failed]
+            news = {item.message_id: item for item in due if item.kind not in TRACKED}
+            run.in_halves(partial(record_news, db, client, provider, news), among=list(news))
+            for item in due:
+                if item.kind in TRACKED:  # counted where it lands: one at a time, never again in halves
+                    track = partial(engagement.record, db, item.project_id, item.message_id, EventType(item.kind))
+                    run.alone(item.message_id, partial(track, item.url))
+
+
+def record_news(
+    db: sessionmaker[Session], client: redis.Redis, provider: str, due: Mapping[str, Item], part: Sequence[str]
+) -> None:
+    """Apply the status reports of the messages in `part` in one transaction, as their
+    provider's status webhooks would: a report applied before is a replay, a no-op."""
+    inbound.record(db, client, provider, provider, None, [inbound_event(due[message_id]) for message_id in part])
 
 
 def inbound_event(item: Item) -> InboundEvent:

@@ -20,10 +20,11 @@ from datetime import UTC, datetime, timedelta
 
 import requests
 from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.crypto import signing_key
-from app.db import enqueue_after_commit, session_scope
+from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import dispatch, store, webhook_store
 from app.delivery.broker import celery_app
 from app.delivery.webhook_store import Attempt, Settled
@@ -38,6 +39,7 @@ from providers.webhook import (
     signed_headers,
     unreachable,
 )
+from tasks import isolation
 
 # Seconds to wait after each failed attempt; the attempt after the last wait is the last.
 RETRY_WAITS = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -52,32 +54,64 @@ RELEASE_BATCH = 5000
 
 @celery_app.task(name="tidings.webhooks.deliver")
 def deliver_webhooks(ids: list[str]) -> None:
+    """POST the due deliveries among `ids` and settle them, through the door (tasks/isolation.py):
+    a delivery that cannot be signed, posted or settled fails alone, with the reason."""
     config = current_settings()
-    with session_scope(config.database_url) as session:
-        claimed = webhook_store.claim(session, ids)
-    if not claimed:
-        return
-    with ThreadPoolExecutor(max_workers=min(PARALLEL_POSTS, len(claimed))) as pool:
-        attempts = list(pool.map(lambda row: post(row, config), claimed))
-    made = {row.id: row.attempts for row in claimed}
-    now = datetime.now(UTC)
-    settled = [settle(attempt, made[attempt.delivery_id], config, now) for attempt in attempts]
-    with session_scope(config.database_url) as session:
-        webhook_store.record_attempts(session, attempts, settled)
-        disabled = webhook_store.settle_endpoints(session, attempts, DISABLE_AFTER_SECONDS)
-        store.record_events(session, [disabled_event(row) for row in disabled if row.disabled])
-        for countdown, group in short_waits(settled):
-            for signature in dispatch.webhooks(group, countdown):
-                enqueue_after_commit(session, signature)
+
+    def one_per_task(part: Sequence[str]) -> None:
+        for signature in dispatch.webhooks(part):
+            publish(signature)
+
+    def fail(delivery_id: str, why: str) -> bool:
+        with session_scope(config.database_url) as session:
+            return webhook_store.fail_alone(session, delivery_id, store.storable(f"webhooks {why}"))
+
+    with isolation.batch("webhooks", ids, config=config, redispatch=one_per_task, fail_alone=fail) as run:
+        if not run.ids:
+            return
+        with session_scope(config.database_url) as session:
+            claimed = webhook_store.claim(session, run.ids)
+        run.took(row.id for row in claimed)
+        if not claimed:
+            return
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_POSTS, len(claimed))) as pool:
+            made = list(pool.map(lambda row: run.alone(row.id, lambda: post(row, config)), claimed))
+        attempts = [attempt for attempt in made if attempt is not None]
+        tries = {row.id: row.attempts for row in claimed}
+        now = datetime.now(UTC)
+        settled = {a.delivery_id: settle(a, tries[a.delivery_id], config, now) for a in attempts}
+
+        def record(part: Sequence[str]) -> None:
+            """Write the attempts of `part` in one transaction (halved on a poison)."""
+            wanted = set(part)
+            mine = [a for a in attempts if a.delivery_id in wanted]
+            with session_scope(config.database_url) as session:
+                webhook_store.record_attempts(session, mine, [settled[a.delivery_id] for a in mine])
+                disabled = webhook_store.settle_endpoints(session, mine, DISABLE_AFTER_SECONDS)
+                store.record_events(session, [disabled_event(row) for row in disabled if row.disabled])
+                for countdown, group in short_waits([settled[a.delivery_id] for a in mine]):
+                    for signature in dispatch.webhooks(group, countdown):
+                        enqueue_after_commit(session, signature)
+
+        run.in_halves(record, among=[a.delivery_id for a in attempts])
 
 
 @celery_app.task(name="tidings.webhooks.release")
 def release_webhooks() -> int:
     """Dispatch deliveries whose wait is over and reclaim those a dead worker held."""
-    config = current_settings()
-    with session_scope(config.database_url) as session:
-        due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, config.claim_timeout, RELEASE_BATCH)
-        for signature in dispatch.webhooks(due):
+    with session_scope(current_settings().database_url) as session:
+        return release(session)
+
+
+def release(session: Session) -> int:
+    """Release what is due, in tasks per project: one project's poison never shares a task
+    with another's deliveries, so it can neither roll them back nor hold them up."""
+    due = webhook_store.release_due(session, RELEASE_GRACE_SECONDS, current_settings().claim_timeout, RELEASE_BATCH)
+    by_project: dict[str, list[str]] = defaultdict(list)
+    for row in due:
+        by_project[row.project_id].append(row.id)
+    for ids in by_project.values():
+        for signature in dispatch.webhooks(ids):
             enqueue_after_commit(session, signature)
     return len(due)
 

@@ -175,6 +175,28 @@ def record_attempts(session: Session, attempts: Sequence[Attempt], settled: Sequ
     )
 
 
+def fail_alone(session: Session, delivery_id: str, error: str) -> bool:
+    """Fail one delivery its task could not handle, with `error` (storable, app.delivery.store)
+    as its attempt's reason, so the other deliveries of its task go on; False if it had ended."""
+    row = session.execute(
+        text(
+            """
+            UPDATE webhook_deliveries SET status = 'failed', claimed_at = NULL, updated_at = now()
+            WHERE id = CAST(:id AS uuid) AND status IN ('pending', 'retrying', 'sending')
+            RETURNING id
+            """
+        ),
+        {"id": delivery_id},
+    ).first()
+    if row is None:
+        return False
+    session.execute(
+        text("INSERT INTO webhook_attempts (delivery_id, error, duration_ms) VALUES (CAST(:id AS uuid), :error, 0)"),
+        {"id": delivery_id, "error": error},
+    )
+    return True
+
+
 GONE_REASON = "the endpoint answered 410 Gone"
 FAILING_REASON = "every attempt failed for {days:g} days"
 
@@ -217,13 +239,13 @@ def settle_endpoints(session: Session, attempts: Sequence[Attempt], disable_afte
     ).all()
 
 
-def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> list[str]:
+def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> Sequence[Row]:
     """Deliveries whose wait is over (parked long retries, lost tasks) and claims whose
-    worker died: made due now and returned, for the caller to dispatch after commit."""
-    return list(
-        session.execute(
-            text(
-                """
+    worker died: made due now and returned with their project, for the caller to dispatch
+    after commit."""
+    return session.execute(
+        text(
+            """
                 UPDATE webhook_deliveries d
                 SET status = CASE WHEN d.status = 'sending' THEN 'retrying' ELSE d.status END,
                     next_attempt_at = now(), claimed_at = NULL, updated_at = now()
@@ -234,12 +256,11 @@ def release_due(session: Session, grace: float, claim_timeout: float, batch: int
                            AND d2.next_attempt_at <= now() - make_interval(secs => :grace))
                        OR (d2.status = 'sending' AND d2.claimed_at < now() - make_interval(secs => :timeout))
                     LIMIT :batch FOR UPDATE OF d2 SKIP LOCKED)
-                RETURNING d.id::text
+                RETURNING d.id::text, d.project_id
                 """
-            ),
-            {"grace": grace, "timeout": claim_timeout, "batch": batch},
-        ).scalars()
-    )
+        ),
+        {"grace": grace, "timeout": claim_timeout, "batch": batch},
+    ).all()
 
 
 def webhook_id(delivery_id: str) -> str:

@@ -51,7 +51,8 @@ COUNTERS = {
     "http_requests": "API requests answered, by method, route and status.",
     "coalesced_tasks": "Prepare tasks the API published for single sends, by priority (app/delivery/coalescer.py).",
     "coalesced_messages": "Messages those prepare tasks carried, by priority: sends per task is this over that.",
-    "poison_messages": "Messages failed alone because their batch step could not handle them, by stage.",
+    "poison_messages": "Items (messages, workflow runs, webhook deliveries, reports) failed alone because their "
+    "batch step could not handle them, by stage.",
     "retention_deleted": "Finished messages deleted by retention, with their content and events, by project.",
 }
 

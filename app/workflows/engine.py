@@ -556,6 +556,29 @@ def run_event(
     return event
 
 
+def fail_run(session: Session, run_id: str, reason: str) -> bool:
+    """End one running run as failed with `reason`, and say so in the log: what a step task
+    does with a run it cannot handle, so the other runs of its task go on. False if the
+    run had ended already."""
+    reason = store.storable(reason)
+    row = session.execute(
+        text(
+            """
+            UPDATE workflow_runs SET status = 'failed', reason = :reason, due_at = NULL, parked = false,
+                                     updated_at = now(), ended_at = now()
+            WHERE id = CAST(:id AS uuid) AND status = 'running'
+            RETURNING project_id, workflow_key, workflow_version, subscriber_id
+            """
+        ),
+        {"id": run_id, "reason": reason},
+    ).first()
+    if row is None:
+        return False
+    data = run_event(run_id, row.workflow_key, row.workflow_version, row.subscriber_id, RunStatus.FAILED, reason)
+    store.record_events(session, [store.NewEvent(None, row.project_id, EventType.WORKFLOW_COMPLETED, data)])
+    return True
+
+
 def _parks(run: Run, now: datetime) -> bool:
     return run.status is RunStatus.RUNNING and run.due_at is not None and _waits_long(run.due_at, now)
 

@@ -4,7 +4,8 @@ and under prefork.
 For each kind of poison a tenant can send, store or answer, project A sends one poisoned
 message while project B sends 99 good webhook-channel messages, to a gunicorn `tidings api`
 and on to one `tidings worker` on every queue (and beat): either as one batch each, or as
-single sends that the API's coalescer merges into one prepare task, A's poison among B's.
+single sends that the API's coalescer merges into one prepare task, A's poison among B's;
+the batches' rows are handed to the worker as one prepare task likewise.
 
 Each of B's 99 must reach its receiver exactly once (the receiver's own ledger of
 `webhook-id`s, which forgives no repeat) within a bounded time, the poison must end with
@@ -59,8 +60,8 @@ POISON_AT = 40  # the poison's place among B's single sends
 # The bound on a case: all 100 messages final by then. The slowest poison (drip) costs two
 # attempts of WEBHOOK_TIMEOUT and one short retry wait.
 SETTLE_TIMEOUT = 30.0
-# A batch whose template must go before prepare is scheduled this far ahead.
-SCHEDULE_AHEAD = timedelta(seconds=1.5)
+# The batch path's sends are held back this far ahead, for the test to release them together.
+HELD_BACK = timedelta(days=1)
 # Hostile receivers answer with this status: a refusal, so the adapter reads the answer into
 # the poison's reason (where its body's bulk, encoding and NUL bytes matter) and fails it.
 REFUSED = 400
@@ -304,18 +305,37 @@ class Case:
 
 
 def send_batches(case: Case) -> None:
-    """A's poison as a batch of its own, then B's 99 as one batch. When the template must go
-    before prepare, both batches are scheduled for one moment a little ahead, so the
-    template can go meanwhile and the two are still released and prepared together."""
-    api, schedule = case.running.api, {}
-    if case.poison.vanishing:
-        schedule = {"scheduled_at": (datetime.now(UTC) + SCHEDULE_AHEAD).isoformat()}
+    """A's poison as a batch of its own, then B's 99 as one batch, both held back (scheduled a
+    day ahead: the template can go meanwhile), then released together and handed to the
+    worker as one prepare task, A's poison among B's: the batch path's rows in the same
+    prepare run, as the coalescer puts single sends."""
+    api, schedule = case.running.api, {"scheduled_at": (datetime.now(UTC) + HELD_BACK).isoformat()}
     with requests.Session() as http:
         post(http, api, case.a, "/v1/messages/batch", {**case.poison_body(), **schedule, "recipients": [case.to]})
         if case.poison.vanishing:
             assert vanish(case.engine, case.a, "scheduled") == 1, "the poison was released before its template went"
         recipients = [{"url": case.ledger.url}] * GOOD
         post(http, api, case.b, "/v1/messages/batch", {**GOOD_BODY, **schedule, "recipients": recipients})
+    released = release_together(case.engine, [case.a.id, case.b.id])
+    good = [row.id for row in released if row.project_id == case.b.id]
+    (poison,) = [row.id for row in released if row.project_id == case.a.id]
+    assert len(good) == GOOD
+    case.running.stack.publish_prepare([*good[:POISON_AT], poison, *good[POISON_AT:]], "bulk")
+
+
+def release_together(engine: Engine, projects: Sequence[str]) -> list[Row]:
+    """The projects' scheduled messages made accepted at once, as release_due makes them."""
+    with engine.begin() as connection:
+        return connection.execute(
+            text(
+                """
+                UPDATE messages SET status = 'accepted', next_attempt_at = NULL, updated_at = now()
+                WHERE project_id = ANY(:p) AND status = 'scheduled'
+                RETURNING id::text, project_id
+                """
+            ),
+            {"p": list(projects)},
+        ).all()
 
 
 def send_singles(case: Case) -> tuple[float, float]:
