@@ -140,9 +140,16 @@ def test_a_simulated_push_token_too_long_to_suppress_fails_alone_in_finalise(cli
     assert poisoned(counters, "finalise") == before + 1
 
 
-# A delay until the end of time plus one second: past what Python's datetime can hold.
-END_OF_TIME = {"when": "9999-12-31T23:59:59+00:00", "what": "x"}
-DELAY_PAST_THE_END = [{"delay": {"until": "{{ when }}", "offset": "1s"}}]
+# The engine bounds a time in the data before any arithmetic (app/workflows/engine.py), so the
+# poison is a delay stored before offsets were bounded: 10^15 s is past what a timedelta holds.
+SOON = {"when": "2020-01-01T00:00:00+00:00", "what": "x"}
+DELAY_UNTIL_WHEN = [{"delay": {"until": "{{ when }}", "offset": "1s"}}]
+UNBOUNDED_OFFSET = """
+    UPDATE workflows w SET compiled = jsonb_set(w.compiled, '{steps,0,offset}', '1000000000000000')
+    FROM workflow_runs r
+    WHERE r.id = CAST(:id AS uuid)
+      AND (w.project_id, w.key, w.version) = (r.project_id, r.workflow_key, r.workflow_version)
+"""
 
 
 def workflow_runs(client, migrated, steps, data) -> tuple[object, str]:
@@ -157,8 +164,10 @@ def workflow_runs(client, migrated, steps, data) -> tuple[object, str]:
 def test_a_workflow_step_fails_the_poisoned_run_alone_and_moves_the_other_projects_run(
     client, engine, migrated, counters
 ):
-    _, poison = workflow_runs(client, migrated, DELAY_PAST_THE_END, END_OF_TIME)
+    _, poison = workflow_runs(client, migrated, DELAY_UNTIL_WHEN, SOON)
     _, good = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
+    with engine.begin() as connection:
+        assert connection.execute(text(UNBOUNDED_OFFSET), {"id": poison}).rowcount == 1
     before = poisoned(counters, "workflow_step")
     assert workflow_step([poison, good], 0) == 1
     assert state(engine, [poison]) == [("failed", 0, False, 0)]
