@@ -12,7 +12,7 @@ import pytest
 
 from app.content.budget import MAX_BUILT, MAX_STEPS, RENDER_SECONDS
 from app.content.limits import MAX_INT_BITS, MAX_OUTPUT
-from app.content.rendering import TEXT_ENV, RenderError, check_source, compile_variant, render
+from app.content.rendering import TEXT_ENV, RenderError, check_variant, compile_variant, render
 
 # A bomb that was refused before it allocated stays far below what it asked for (each of
 # these would take hundreds of megabytes to gigabytes).
@@ -21,6 +21,11 @@ ALLOCATION_CEILING = 32 * 1024 * 1024
 
 # Time enough that a test of another limit never meets the time limit first on a slow machine.
 UNHURRIED = 30.0
+
+
+def check_source(field: str, source: str) -> list[str]:
+    """What a save finds wrong with one field's source."""
+    return check_variant({field: source})[1].get(field, [])
 
 
 def rendered(field: str, source: str, seconds: float = RENDER_SECONDS, **data: Any) -> str:
