@@ -12,7 +12,8 @@ where no budget can stop it. So each step is bounded before the next one starts:
   counted without recursion before anything walks them recursively (the checks at save,
   Jinja's own visitors, Python's compiler);
 - code generation spends the budget for every piece it writes and stops past MAX_CODE
-  characters: that is what bounds the one step nothing can interrupt, Python's `compile()`.
+  characters: that is what bounds the one step nothing can interrupt, Python's `compile()`,
+  and the memory a compiled template keeps (its `code_size`, which caches weigh it by).
 
 A big marketing email (50 KB of HTML with a few hundred variables, loops and conditions)
 is about 1,300 nodes, 9 deep, and 90,000 characters of Python.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from jinja2 import nodes
+from jinja2 import Template, nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.ext import Extension
 from jinja2.lexer import Token, TokenStream
@@ -76,3 +77,21 @@ class BudgetedCodeGenerator(CodeGenerator):
         super().write(x)
         if self.stream.tell() > MAX_CODE:
             raise SecurityError(f"the template compiles to more than {MAX_CODE} characters of code")
+
+
+class SizedTemplate(Template):
+    """A compiled template that knows how many characters of Python it was made from: its memory
+    grows with them (about ten bytes each), far more than with its source."""
+
+    code_size = 0
+
+
+def code_size(value: object) -> int:
+    """The characters of Python the compiled templates inside `value` (a dict, list or tuple) were made from."""
+    if isinstance(value, SizedTemplate):
+        return value.code_size
+    if isinstance(value, dict):
+        return sum(code_size(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(code_size(item) for item in value)
+    return 0

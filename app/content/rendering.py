@@ -44,7 +44,14 @@ from jinja2.sandbox import (
 from jinja2.visitor import NodeTransformer
 
 from app.content import budget
-from app.content.compiling import BudgetedCodeGenerator, TokenBudget, check_shape, check_size
+from app.content.compiling import (
+    BudgetedCodeGenerator,
+    SizedTemplate,
+    TokenBudget,
+    check_shape,
+    check_size,
+    code_size,
+)
 from app.content.limits import (
     CHECKED_FILTERS,
     MAX_OUTPUT,
@@ -182,6 +189,7 @@ class Sandbox(SandboxedEnvironment):
     intercepted_binops = frozenset(SandboxedEnvironment.default_binop_table)
 
     code_generator_class = BudgetedCodeGenerator
+    template_class = SizedTemplate
 
     def __init__(self, autoescape: bool) -> None:
         super().__init__(
@@ -228,9 +236,12 @@ class Sandbox(SandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         return operate(operator, left, right)
 
-    def compile_limited(self, tree: nodes.Template) -> Any:
+    def compile_limited(self, tree: nodes.Template) -> SizedTemplate:
         """The template of a parsed tree (checked by `check_shape`), its loops and joins limited."""
-        return self.from_string(_Limits().visit(tree))
+        code = self.compile(_Limits().visit(tree), raw=True)
+        template = SizedTemplate.from_code(self, compile(code, "<template>", "exec"), self.make_globals(None))
+        template.code_size = len(code)
+        return template
 
 
 TEXT_ENV = Sandbox(autoescape=False)
@@ -507,18 +518,24 @@ _MISSING: Any = object()
 class CompiledCache(Generic[V]):
     """A small thread-safe LRU of what compiling made, one per process: each key's result, or
     the RenderError compiling failed with, so a version that does not compile fails each of
-    its messages at once instead of being compiled again for each one."""
+    its messages at once instead of being compiled again for each one.
 
-    def __init__(self, size: int = 2048) -> None:
+    It holds at most `size` entries and `code` characters of the Python they were compiled
+    from, since a compiled template's memory grows with that (app/content/compiling.py).
+    """
+
+    def __init__(self, *, size: int = 2048, code: int = 16 * 1024 * 1024) -> None:
         self.size = size
-        self.compiles = 0  # builds run, for what a test or an operator wants to know of the hits
-        self._items: OrderedDict[Hashable, V | RenderError] = OrderedDict()
+        self.code = code
+        self.compiles = 0  # builds run: a test's, or an operator's, measure of the hits
+        self._items: OrderedDict[Hashable, tuple[V | RenderError, int]] = OrderedDict()
+        self._held = 0
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, build: Callable[[], V]) -> V:
         """`key`'s result, built on the first call; a RenderError is raised again as it was first."""
         with self._lock:
-            found = self._items.get(key, _MISSING)
+            found, _ = self._items.get(key, (_MISSING, 0))
             if found is _MISSING:
                 self.compiles += 1
             else:
@@ -528,13 +545,20 @@ class CompiledCache(Generic[V]):
                 found = build()
             except RenderError as error:
                 found = error
-            with self._lock:
-                self._items[key] = found
-                while len(self._items) > self.size:
-                    self._items.popitem(last=False)
+            self._keep(key, found)
         if isinstance(found, RenderError):
             raise found.again()
         return found
+
+    def _keep(self, key: Hashable, found: V | RenderError) -> None:
+        size = code_size(found)
+        with self._lock:
+            _, replaced = self._items.pop(key, (None, 0))  # two threads built the same key at once
+            self._items[key] = (found, size)
+            self._held += size - replaced
+            while len(self._items) > self.size or (self._held > self.code and len(self._items) > 1):
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._held -= evicted
 
     def __len__(self) -> int:
         return len(self._items)

@@ -49,7 +49,7 @@ INVALID = "Invalid request."
 
 # Words checked and compiled, by project and a hash of the words: the editor previews them
 # again as one types, and a save of what was just previewed finds them done.
-_checked: CompiledCache[tuple[Compiled, dict[str, list[str]]]] = CompiledCache(size=256)
+_checked: CompiledCache[tuple[Compiled, dict[str, list[str]]]] = CompiledCache(size=256, code=2 * 1024 * 1024)
 
 
 def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> dict[str, Any]:
