@@ -54,7 +54,7 @@ def check_shape(trees: Sequence[nodes.Node]) -> None:
         node, depth = pending.pop()
         count += 1
         if count > MAX_NODES:
-            raise SecurityError(f"the template has more than {MAX_NODES} parts (tags, variables, operators)")
+            raise SecurityError(f"the template has more than {MAX_NODES} tags, variables and operators in all")
         if depth > MAX_DEPTH:
             raise SecurityError(f"the template nests more than {MAX_DEPTH} levels deep")
         pending.extend((child, depth + 1) for child in node.iter_child_nodes())
