@@ -49,7 +49,7 @@ INVALID = "Invalid request."
 
 # Words checked and compiled, by project and a hash of the words: the editor previews them
 # again as one types, and a save of what was just previewed finds them done.
-_checked: CompiledCache[tuple[Compiled, dict[str, list[str]]]] = CompiledCache(size=256, code=2 * 1024 * 1024)
+checked_words: CompiledCache[tuple[Compiled, dict[str, list[str]]]] = CompiledCache(size=256, code=2 * 1024 * 1024)
 
 
 def create(db: sessionmaker[Session], project_id: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -298,7 +298,7 @@ def _variant(project_id: str, channel: Channel, data: dict[str, Any]) -> tuple[d
         needs = " or ".join(" and ".join(group) for group in REQUIRED[channel])
         errors.setdefault("_schema", []).append(f"A {channel} template needs {needs}.")
     words = hashlib.sha256(json.dumps(variant, sort_keys=True).encode()).hexdigest()
-    compiled, problems = _checked.get((project_id, words), lambda: check_variant(variant))
+    compiled, problems = checked_words.get((project_id, words), lambda: check_variant(variant))
     for field, found in problems.items():
         errors.setdefault(field, []).extend(found)
     if errors:
