@@ -16,10 +16,15 @@ limits that keep one template from taking a worker, or its neighbours' messages,
 - a rendered field may not contain control characters (PostgreSQL cannot store NUL, a
   provider cannot send the others), and a subject no line break (it would become a header).
 
-`check_source` rejects at save time what the sandbox would refuse at every render anyway,
-constant arithmetic included, so an injection attempt or a bomb is a 422 when it is
-written, not a failure on every send. Compiled versions are cached per
-(project, key, version, locale): versions never change.
+Compiling is bounded too (app.content.compiling): a field's size, nodes and depth are capped,
+and parsing and code generation spend a compile budget. Whatever goes wrong compiling is the
+template's own RenderError, never its batch's.
+
+`check_variant` rejects at save time what the sandbox would refuse at every render anyway,
+constant arithmetic included, and what does not compile, so an injection attempt or a bomb
+is a 422 when it is written, not a failure on every send. Compiled versions, and the
+RenderError of one that does not compile, are cached per (project, key, version, locale):
+versions never change.
 """
 
 from __future__ import annotations
