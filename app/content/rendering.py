@@ -419,6 +419,8 @@ def _parsed(field: str, value: Any) -> list[nodes.Template]:
         raise RenderError(field, "the template nests too deeply") from error
     except SecurityError as error:  # a cap, or the budget's time
         raise RenderError(field, str(error)) from error
+    except Exception as error:  # whatever else parsing an untrusted source raises is that source's
+        raise RenderError(field, f"the template does not parse: {type(error).__name__}: {error}") from error
     return trees
 
 

@@ -402,3 +402,9 @@ def test_a_cache_of_compiled_templates_holds_at_most_its_code():
     assert len(cache) == 2
     cache.get(3, lambda: pytest.fail("the newest was evicted"))
     assert cache.compiles == 4
+
+
+def test_any_error_parsing_is_the_templates_problem_not_a_500():
+    """Python refuses to read an integer of more than 4300 digits, in a ValueError the parse let through."""
+    (problem,) = check_source("text", "{{ " + "9" * 5000 + " }}")
+    assert problem.startswith("The template does not parse: ValueError: Exceeds the limit (4300 digits)")
