@@ -33,8 +33,9 @@ MAX_STEPS = 10_000
 MAX_BUILT = 8 * 1024 * 1024
 RENDER_SECONDS = 0.25
 # A send compiles a version once per process and locale (failures included), so it may take
-# longer than one render: Jinja spends about 0.15 s on 45 KB of campaign HTML. A save must
-# compile within half of it, so what was saved still compiles on a busier worker.
+# longer than one render: Jinja is slow to compile campaign HTML (BENCHMARKS.md, "Compiling
+# templates"). A save must compile within half of it, so what was saved still compiles on a
+# busier worker.
 COMPILE_SECONDS = 1.0
 SAVE_COMPILE_SECONDS = COMPILE_SECONDS / 2
 

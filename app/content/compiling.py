@@ -15,8 +15,8 @@ where no budget can stop it. So each step is bounded before the next one starts:
   characters: that is what bounds the one step nothing can interrupt, Python's `compile()`,
   and the memory a compiled template keeps (its `code_size`, which caches weigh it by).
 
-A big marketing email (50 KB of HTML with a few hundred variables, loops and conditions)
-is about 1,300 nodes, 9 deep, and 90,000 characters of Python.
+The caps leave a campaign email of 64 KB, every article written out, room to spare
+(BENCHMARKS.md, "Compiling templates", has what it and the worst the caps allow cost).
 """
 
 from __future__ import annotations
