@@ -16,6 +16,7 @@ from app.schemas.text import LINE_BREAK
 from tests.conftest import create_project
 from tests.content.test_rendering import NEVER_COMPILES, REFUSED_BY_PYTHON, TOO_MANY_BLOCKS
 from tests.tasks.test_prepare import accepted_raw
+from tests.waiting import wait_until
 
 WORDS = {"subject": "Hi {{ name }}", "text": "Welcome, {{ name }}.", "html": "<p>Welcome, {{ name }}.</p>"}
 WELCOME = {"key": "welcome", "channel": "email", **WORDS}
@@ -398,3 +399,20 @@ def test_a_version_that_does_not_compile_fails_each_of_its_messages_with_one_com
     (error,) = {message["error"] for message in failed}
     assert error.startswith("render error in text: the template does not compile: SyntaxError: too many")
     assert compiled_cache.compiles == compiles + 1
+
+
+def test_words_are_compiled_before_the_latest_version_is_locked(project, engine):
+    """A save compiles for up to half a second: a PUT whose words do not compile answers while
+    another transaction holds the template's row, instead of holding a lock and a connection."""
+    assert project.call("POST", "/v1/templates", WELCOME).status_code == 201
+    answers: list[int] = []
+    change = {**WORDS, "text": TOO_MANY_BLOCKS}
+    with engine.connect() as locker, locker.begin():
+        locker.execute(text("SELECT 1 FROM templates WHERE project_id = :p FOR UPDATE"), {"p": project.id})
+        put = threading.Thread(
+            target=lambda: answers.append(project.call("PUT", "/v1/templates/welcome", change).status_code), daemon=True
+        )
+        put.start()
+        wait_until(lambda: list(answers), bool, 10, "the PUT to answer while the row is locked")
+    put.join(timeout=10)
+    assert answers == [422]
