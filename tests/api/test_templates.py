@@ -386,19 +386,24 @@ def test_a_stored_version_that_does_not_compile_previews_as_a_422_with_its_reaso
 
 
 @pytest.mark.usefixtures("worker")
-def test_a_version_that_does_not_compile_fails_each_of_its_messages_with_one_compile(project, engine):
+def test_a_version_that_does_not_compile_fails_each_of_its_messages_with_one_compile(client, project, engine):
     """Prepare gets a RenderError for every message of the version, the first compiled and the
-    rest remembered: each message fails alone and at once, no batch is split in halves."""
+    rest remembered: each message fails alone and at once, no batch is split in halves, and
+    another project's messages in the same task are sent."""
     store_legacy(engine, project.id, "legacy", TOO_MANY_BLOCKS)
     ids = accepted_raw(engine, project.id, "legacy", [{"a": [i]} for i in range(6)])
+    neighbour = create_project(client)
+    assert neighbour.call("POST", "/v1/templates", WELCOME).status_code == 201
+    good = accepted_raw(engine, neighbour.id, "welcome", [{"name": f"n{i}"} for i in range(3)])
     compiles = compiled_cache.compiles
-    (task,) = dispatch.prepare(ids, "bulk")
+    (task,) = dispatch.prepare([*ids[:3], *good, *ids[3:]], "bulk")
     task.apply_async()
     failed = [project.wait_for(message_id) for message_id in ids]
     assert {message["status"] for message in failed} == {"failed"}
     (error,) = {message["error"] for message in failed}
     assert error.startswith("render error in text: the template does not compile: SyntaxError: too many")
-    assert compiled_cache.compiles == compiles + 1
+    assert [neighbour.wait_for(message_id)["status"] for message_id in good] == ["sent"] * 3
+    assert compiled_cache.compiles == compiles + 2  # the broken version once, the neighbour's once
 
 
 def test_words_are_compiled_before_the_latest_version_is_locked(project, engine):
