@@ -8,6 +8,9 @@ so a send it refuses costs nothing and the next one that fits still goes. When R
 cannot be reached the limiters let the request through and log it: a broken limiter must
 not take the whole API down with it (the daily quota, app/access/quota.py, is what never
 opens by accident).
+
+`limit_request` is how a request counts: every /v1 project route and every console page of a
+project's own key, one counter per project for both, so the console is no way around the limit.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import time
 from dataclasses import dataclass
 
 import redis
+from flask import Response, g
+
+from app.errors import abort
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +119,21 @@ class MessageRateLimiter:
             self._give_back(keys=[verdict.key], args=[verdict.requested])
         except redis.RedisError as error:
             logger.warning("could not give back %s messages to %s: %s", verdict.requested, verdict.key, error)
+
+
+def limit_request(limiter: ApiRateLimiter, bucket: str, per_minute: int | None) -> None:
+    """Count the request against `bucket`'s budget; 429 when it is spent. The limiter's
+    headers wait in `g` for `add_rate_limit_headers`."""
+    if not per_minute:
+        return
+    verdict = limiter.check(bucket, per_minute)
+    if verdict is not None:
+        g.rate_limit_headers = verdict.headers()
+        if not verdict.allowed:
+            abort(429, "Rate limit exceeded; retry after the window resets.")
+
+
+def add_rate_limit_headers(response: Response) -> Response:
+    """Runs for the 429 too, so the limiter's headers are set in one place."""
+    response.headers.extend(getattr(g, "rate_limit_headers", {}))
+    return response

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Response, current_app, g, request
+from flask import current_app, g, request
 
 from app.access.auth import bearer_token, require_project_key
+from app.access.ratelimit import add_rate_limit_headers, limit_request
 from app.api.blueprint import Blueprint
 from app.api.context import context
 from app.api.contract import PROJECT_KEY, Access
@@ -69,17 +70,5 @@ PROJECT_ACCESS = Access((PROJECT_KEY,), authenticate_and_limit, errors=(429,))
 
 
 def limit(bucket: str, per_minute: int | None) -> None:
-    """Count the request against `bucket`'s budget; 429 when it is spent."""
-    if not per_minute:
-        return
-    verdict = context().limiter.check(bucket, per_minute)
-    if verdict is not None:
-        g.rate_limit_headers = verdict.headers()
-        if not verdict.allowed:
-            abort(429, "Rate limit exceeded; retry after the window resets.")
-
-
-def add_rate_limit_headers(response: Response) -> Response:
-    """Runs for the 429 too, so the limiter's headers are set in one place."""
-    response.headers.extend(getattr(g, "rate_limit_headers", {}))
-    return response
+    """Count the request against `bucket`'s budget with the process's limiter; 429 when it is spent."""
+    limit_request(context().limiter, bucket, per_minute)

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, render_template
+from flask import Blueprint, Response, jsonify, render_template, request
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException
 
+from app.access.ratelimit import add_rate_limit_headers
 from app.console.session import CSRF_FIELD, check_csrf, csrf_token, current_viewer
 from app.page_headers import page_headers
 from app.pagination import InvalidCursor
@@ -40,6 +41,9 @@ def csrf() -> None:
     check_csrf()
 
 
+blp.after_request(add_rate_limit_headers)
+
+
 @blp.after_request
 def security_headers(response: Response) -> Response:
     """Set on every console response; a route that must differ (rendered content, framed by
@@ -55,10 +59,13 @@ def shared() -> dict[str, Any]:
 
 
 @blp.errorhandler(HTTPException)
-def error_page(error: HTTPException) -> tuple[str, int]:
-    """The services' aborts (404 for another project's message, 409, 422) as a page."""
+def error_page(error: HTTPException) -> tuple[str | Response, int]:
+    """The services' aborts (404 for another project's message, 409, 422, 429) as a page, or
+    as JSON to a script that asked in JSON (the editor's preview)."""
     data = getattr(error, "data", None) or {}
     message = data.get("message") or error.description
+    if request.is_json:
+        return jsonify(message=message, errors=data.get("errors")), error.code or 500
     return render_template("console/error.html", code=error.code, message=message, errors=data.get("errors")), (
         error.code or 500
     )

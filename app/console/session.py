@@ -25,6 +25,7 @@ from typing import Any
 from flask import abort, current_app, g, redirect, request, session, url_for
 
 from app.access.auth import find_caller, find_caller_by_hash, hash_key
+from app.access.ratelimit import limit_request
 
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
@@ -43,6 +44,7 @@ class Viewer:
 
     admin: bool
     project_id: str | None
+    rate_limit_per_min: int | None = None  # a project key's: its pages count as its API calls do
 
     @property
     def label(self) -> str:
@@ -103,7 +105,7 @@ def _load_viewer() -> Viewer | None:
         caller = find_caller_by_hash(db_session, key_hash)
     if caller is None or caller.project_id != session.get("project"):
         return None
-    return Viewer(admin=False, project_id=caller.project_id)
+    return Viewer(admin=False, project_id=caller.project_id, rate_limit_per_min=caller.rate_limit_per_min)
 
 
 def choose_project(project_id: str) -> None:
@@ -148,13 +150,19 @@ def signed_in(view: View) -> View:
 
 def project_page(view: View) -> View:
     """A page about one project's data: the key's project, or the one the admin picked
-    (an admin who picked none is sent to pick one). The view gets `project_id`."""
+    (an admin who picked none is sent to pick one). The view gets `project_id`.
+
+    A project key's page counts against the project's API rate limit, in the same counter as
+    its /v1 calls (a preview costs as much here as there); the admin's, like /v1/admin, does not.
+    """
 
     @wraps(view)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         viewer = current_viewer()
         if viewer.project_id is None:
             return redirect(url_for("console.projects"))
+        if not viewer.admin:
+            limit_request(tidings().limiter, viewer.project_id, viewer.rate_limit_per_min)
         return view(viewer.project_id, *args, **kwargs)
 
     return signed_in(guarded)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import flash, jsonify, redirect, render_template, request, url_for
-from werkzeug.exceptions import HTTPException
 
 from app.console.blueprint import blp, read_form
 from app.console.session import project_page, tidings
@@ -80,12 +79,8 @@ def preview_template(project_id: str, key: str):
     if not isinstance(body, dict) or not isinstance(body.get("fields"), dict) or not isinstance(body.get("data"), dict):
         return jsonify(message="Send {fields: {...}, data: {...}}."), 400
     db = tidings().db
-    try:
-        current = templates.get(db, project_id, key, None, body["fields"].get("locale") or None)
-        fields, errors = read_form(update_schema, {**kept_fields(current), **editable(body["fields"])})
-        if fields is None:
-            return jsonify(message="Invalid template.", errors=errors), 422
-        return jsonify(templates.preview_draft(db, project_id, key, fields, body["data"]))
-    except HTTPException as error:
-        data = getattr(error, "data", None) or {}
-        return jsonify(message=data.get("message") or error.description, errors=data.get("errors")), error.code
+    current = templates.get(db, project_id, key, None, body["fields"].get("locale") or None)
+    fields, errors = read_form(update_schema, {**kept_fields(current), **editable(body["fields"])})
+    if fields is None:
+        return jsonify(message="Invalid template.", errors=errors), 422
+    return jsonify(templates.preview_draft(db, project_id, key, fields, body["data"]))

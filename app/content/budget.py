@@ -1,4 +1,4 @@
-"""What one render may spend, counted while it runs: steps, characters built, and time.
+"""What one render or compile may spend, counted while it runs: steps, characters built, and time.
 
 Template sources are untrusted code that runs in the prepare worker's threads and the
 API's, where neither Celery's time limits nor signals can stop it. So the sandbox's hooks
@@ -16,7 +16,8 @@ limits is passed:
   Reading that clock is a system call (about 1 µs), so each tick reads the monotonic
   clock (tens of ns) first: CPU time cannot have run out before wall time has.
 
-Outside a render (compiling, checking a source at save) nothing is counted.
+Compiling spends a budget of its own, in time only (app/content/compiling.py says where it
+is counted); outside a budget nothing is counted.
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ from jinja2.sandbox import SecurityError
 MAX_STEPS = 10_000
 MAX_BUILT = 8 * 1024 * 1024
 RENDER_SECONDS = 0.25
+# A send compiles a version once per process and locale (failures included), so it may take
+# longer than one render: Jinja is slow to compile campaign HTML (BENCHMARKS.md, "Compiling
+# templates"). A save must compile within half of it, so what was saved still compiles on a
+# busier worker.
+COMPILE_SECONDS = 1.0
+SAVE_COMPILE_SECONDS = COMPILE_SECONDS / 2
 
 
 class Budget:
     """The allowance of one render; made by `budgeted`, spent through the functions below."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, doing: str = "render") -> None:
         self.seconds = seconds
+        self.doing = doing
         self.steps_left = MAX_STEPS
         self.built_left = MAX_BUILT
         self.wall_deadline = time.monotonic() + seconds
@@ -45,7 +53,7 @@ class Budget:
 
     def tick(self) -> None:
         if time.monotonic() > self.wall_deadline and time.thread_time() > self.deadline:
-            raise SecurityError(f"the template takes more than {self.seconds} s to render")
+            raise SecurityError(f"the template takes more than {self.seconds} s to {self.doing}")
 
     def step(self) -> None:
         self.tick()
@@ -64,9 +72,9 @@ _current: ContextVar[Budget | None] = ContextVar("render_budget", default=None)
 
 
 @contextmanager
-def budgeted(seconds: float = RENDER_SECONDS) -> Iterator[Budget]:
-    """A fresh budget for the render run inside the block."""
-    budget = Budget(seconds)
+def budgeted(seconds: float = RENDER_SECONDS, *, doing: str = "render") -> Iterator[Budget]:
+    """A fresh budget for the render (or compile: `doing`) run inside the block."""
+    budget = Budget(seconds, doing=doing)
     token = _current.set(budget)
     try:
         yield budget

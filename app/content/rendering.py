@@ -16,10 +16,15 @@ limits that keep one template from taking a worker, or its neighbours' messages,
 - a rendered field may not contain control characters (PostgreSQL cannot store NUL, a
   provider cannot send the others), and a subject no line break (it would become a header).
 
-`check_source` rejects at save time what the sandbox would refuse at every render anyway,
-constant arithmetic included, so an injection attempt or a bomb is a 422 when it is
-written, not a failure on every send. Compiled versions are cached per
-(project, key, version, locale): versions never change.
+Compiling is bounded too (app.content.compiling): a field's size, nodes and depth are capped,
+and parsing and code generation spend a compile budget. Whatever goes wrong compiling is the
+template's own RenderError, never its batch's.
+
+`check_variant` rejects at save time what the sandbox would refuse at every render anyway,
+constant arithmetic included, and what does not compile, so an injection attempt or a bomb
+is a 422 when it is written, not a failure on every send. Compiled versions, and the
+RenderError of one that does not compile, are cached per (project, key, version, locale):
+versions never change.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes, pass_eval_context
 from jinja2.nodes import EvalContext
@@ -44,6 +49,14 @@ from jinja2.sandbox import (
 from jinja2.visitor import NodeTransformer
 
 from app.content import budget
+from app.content.compiling import (
+    BudgetedCodeGenerator,
+    SizedTemplate,
+    TokenBudget,
+    check_shape,
+    check_size,
+    code_size,
+)
 from app.content.limits import (
     CHECKED_FILTERS,
     MAX_OUTPUT,
@@ -59,8 +72,12 @@ from app.content.limits import (
 from app.enums import Channel
 from app.schemas.text import UNICODE_LINE_BREAKS
 
+V = TypeVar("V")
+
 MAX_RANGE = 1000
 MAX_DETAIL = 300
+
+Compiled = dict[str, Any]
 
 # The fields a template has per channel. `data` (push) and `payload` (webhook) are JSON
 # whose string leaves are templates; the others are template strings.
@@ -103,6 +120,15 @@ class RenderError(Exception):
         self.field = field
         self.detail = detail
         self.undefined = undefined
+
+    def again(self) -> RenderError:
+        """A fresh copy to raise once more: raising one exception object again and again grows its traceback."""
+        return RenderError(self.field, self.detail, undefined=self.undefined)
+
+    def sentence(self) -> str:
+        """The detail as a save's field errors read: a capital, and a full stop after a word."""
+        text = self.detail[:1].upper() + self.detail[1:]
+        return text + "." if text[-1:].isalnum() else text
 
 
 def control_character(field: str, text: str) -> str | None:
@@ -167,8 +193,17 @@ class Sandbox(SandboxedEnvironment):
 
     intercepted_binops = frozenset(SandboxedEnvironment.default_binop_table)
 
+    code_generator_class = BudgetedCodeGenerator
+    template_class = SizedTemplate
+
     def __init__(self, autoescape: bool) -> None:
-        super().__init__(autoescape=autoescape, undefined=StrictUndefined, cache_size=0, finalize=printable)
+        super().__init__(
+            autoescape=autoescape,
+            undefined=StrictUndefined,
+            cache_size=0,
+            finalize=printable,
+            extensions=[TokenBudget],
+        )
         self.globals["range"] = _small_range
         del self.globals["lipsum"]
         self.filters = {
@@ -206,8 +241,12 @@ class Sandbox(SandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         return operate(operator, left, right)
 
-    def compile_limited(self, source: str) -> Any:
-        return self.from_string(_Limits().visit(self.parse(source)))
+    def compile_limited(self, tree: nodes.Template) -> SizedTemplate:
+        """The template of a parsed tree (checked by `check_shape`), its loops and joins limited."""
+        code = self.compile(_Limits().visit(tree), raw=True)
+        template = SizedTemplate.from_code(self, compile(code, "<template>", "exec"), self.make_globals(None))
+        template.code_size = len(code)
+        return template
 
 
 TEXT_ENV = Sandbox(autoescape=False)
@@ -230,23 +269,34 @@ def _leaves(value: Any) -> Iterator[str]:
             yield from _leaves(item)
 
 
-def check_source(field: str, value: Any) -> list[str]:
-    """Problems with one template field, found without running it (empty when it is fine)."""
-    problems: list[str] = []
-    for source in _leaves(value):
-        try:
-            tree = _env_for(field).parse(source)
-        except TemplateSyntaxError as error:
-            problems.append(f"Template syntax error on line {error.lineno}: {error.message}")
-            continue
-        except RecursionError:
-            problems.append("The template nests too deeply.")
-            continue
-        problems += _unsafe_constructs(tree)
-        problems += _unknown_names(field, tree)
-        problems += _literal_problems(field, tree)
-        _fold(tree, problems)
-    return list(dict.fromkeys(problems))
+def check_variant(
+    variant: Mapping[str, Any], *, seconds: float = budget.SAVE_COMPILE_SECONDS
+) -> tuple[Compiled, dict[str, list[str]]]:
+    """Compile a locale variant at save, or find its problems by field without running it.
+
+    A problem is what the sandbox would refuse at every render anyway, or what does not
+    compile within the caps and `seconds`: a 422 when it is written, not a failure on every send.
+    """
+    compiled: Compiled = {}
+    problems: dict[str, list[str]] = {}
+    with budget.budgeted(seconds, doing="compile"):
+        for field, value in _fields(variant):
+            try:
+                trees = _parsed(field, value)
+                found = [problem for tree in trees for problem in _source_problems(field, tree)]
+                if found:
+                    problems[field] = list(dict.fromkeys(found))
+                else:
+                    compiled[field] = _compiled(field, value, trees)
+            except RenderError as error:
+                problems[field] = [error.sentence()]
+    return compiled, problems
+
+
+def _source_problems(field: str, tree: nodes.Template) -> list[str]:
+    problems = _unsafe_constructs(tree) + _unknown_names(field, tree) + _literal_problems(field, tree)
+    _fold(tree, problems)
+    return problems
 
 
 def _unknown_names(field: str, tree: nodes.Template) -> list[str]:
@@ -338,30 +388,62 @@ def _range_problem(call: nodes.Call) -> list[str]:
     return [f"range() is limited to {MAX_RANGE} items."] if length > MAX_RANGE else []
 
 
-Compiled = dict[str, Any]
-
-
 # Fields render in this order, so the first error reported is the one a reader meets first.
 FIELD_ORDER = ("subject", "title", "text", "body", "html", "data", "payload")
 
 
-def compile_variant(variant: Mapping[str, Any]) -> Compiled:
-    """Compile every field of one locale variant; the structure of JSON fields is kept."""
-    return {field: _compile(field, variant[field]) for field in FIELD_ORDER if variant.get(field) is not None}
+def compile_variant(variant: Mapping[str, Any], *, seconds: float = budget.COMPILE_SECONDS) -> Compiled:
+    """Compile every field of one locale variant within the caps and `seconds` of CPU.
+
+    RenderError names the field that does not compile: whatever goes wrong compiling an
+    untrusted template is that template's own failure, never its batch's.
+    """
+    with budget.budgeted(seconds, doing="compile"):
+        return {field: _compiled(field, value, _parsed(field, value)) for field, value in _fields(variant)}
 
 
-def _compile(field: str, value: Any) -> Any:
+def _fields(variant: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    return ((field, variant[field]) for field in FIELD_ORDER if variant.get(field) is not None)
+
+
+def _parsed(field: str, value: Any) -> list[nodes.Template]:
+    """The trees of a field's template strings, within the caps on size and shape."""
+    sources = list(_leaves(value))
+    try:
+        check_size(sources)
+        trees = [_env_for(field).parse(source) for source in sources]
+        check_shape(trees)
+    except TemplateSyntaxError as error:
+        raise RenderError(field, f"template syntax error on line {error.lineno}: {error.message}") from error
+    except RecursionError as error:
+        raise RenderError(field, "the template nests too deeply") from error
+    except SecurityError as error:  # a cap, or the budget's time
+        raise RenderError(field, str(error)) from error
+    except Exception as error:  # whatever else parsing an untrusted source raises is that source's
+        raise RenderError(field, f"the template does not parse: {type(error).__name__}: {error}") from error
+    return trees
+
+
+def _compiled(field: str, value: Any, trees: list[nodes.Template]) -> Any:
+    """A field's trees compiled, in the field's structure (a JSON field keeps its own)."""
+    env = _env_for(field)
+    try:
+        templates = iter([env.compile_limited(tree) for tree in trees])
+    except SecurityError as error:  # the budget's time, or the size of the code
+        raise RenderError(field, str(error)) from error
+    except Exception as error:  # Python refuses what Jinja made of it (too many levels of indentation, …)
+        raise RenderError(field, f"the template does not compile: {type(error).__name__}: {error}") from error
+    return _rebuild(value, templates)
+
+
+def _rebuild(value: Any, templates: Iterator[Any]) -> Any:
+    """`value` with each template string replaced by the next of `templates`, in `_leaves` order."""
     if isinstance(value, str):
-        try:
-            return _env_for(field).compile_limited(value)
-        except TemplateSyntaxError as error:  # checked at save; kept from failing a whole batch
-            raise RenderError(field, f"template syntax error: {error.message}") from error
-        except RecursionError as error:  # compiling recurses deeper than the parse at save did
-            raise RenderError(field, "the template nests too deeply") from error
+        return next(templates)
     if isinstance(value, Mapping):
-        return {key: _compile(field, item) for key, item in value.items()}
+        return {key: _rebuild(item, templates) for key, item in value.items()}
     if isinstance(value, list):
-        return [_compile(field, item) for item in value]
+        return [_rebuild(item, templates) for item in value]
     return value
 
 
@@ -437,31 +519,59 @@ def as_content(channel: Channel, rendered: Mapping[str, Any]) -> dict[str, Any]:
     return {"subject": rendered.get("subject"), "text": rendered.get("text"), "html": rendered.get("html")}
 
 
-class CompiledCache:
-    """A small thread-safe LRU of compiled variants, one per worker process."""
+_MISSING: Any = object()
 
-    def __init__(self, size: int = 2048) -> None:
+
+class CompiledCache(Generic[V]):
+    """A small thread-safe LRU of what compiling made, one per process: each key's result, or
+    the RenderError compiling failed with, so a version that does not compile fails each of
+    its messages at once instead of being compiled again for each one.
+
+    It holds at most `size` entries and `code` characters of the Python they were compiled
+    from, since a compiled template's memory grows with that (app/content/compiling.py).
+    """
+
+    def __init__(self, *, size: int = 2048, code: int = 16 * 1024 * 1024) -> None:
         self.size = size
-        self._items: OrderedDict[Hashable, Compiled] = OrderedDict()
+        self.code = code
+        self.compiles = 0  # builds run: a test's, or an operator's, measure of the hits
+        self._items: OrderedDict[Hashable, tuple[V | RenderError, int]] = OrderedDict()
+        self._held = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, build: Callable[[], Compiled]) -> Compiled:
+    def get(self, key: Hashable, build: Callable[[], V]) -> V:
+        """`key`'s result, built on the first call; a RenderError is raised again as it was first."""
         with self._lock:
-            if key in self._items:
+            found, _ = self._items.get(key, (_MISSING, 0))
+            if found is _MISSING:
+                self.compiles += 1
+            else:
                 self._items.move_to_end(key)
-                return self._items[key]
-        compiled = build()
+        if found is _MISSING:
+            try:
+                found = build()
+            except RenderError as error:
+                found = error
+            self._keep(key, found)
+        if isinstance(found, RenderError):
+            raise found.again()
+        return found
+
+    def _keep(self, key: Hashable, found: V | RenderError) -> None:
+        size = code_size(found)
         with self._lock:
-            self._items[key] = compiled
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return compiled
+            _, replaced = self._items.pop(key, (None, 0))  # two threads built the same key at once
+            self._items[key] = (found, size)
+            self._held += size - replaced
+            while len(self._items) > self.size or (self._held > self.code and len(self._items) > 1):
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._held -= evicted
 
     def __len__(self) -> int:
         return len(self._items)
 
 
-compiled_cache = CompiledCache()
+compiled_cache: CompiledCache[Compiled] = CompiledCache()
 
 
 class TemplateVersion(Protocol):

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from sqlalchemy import event, text
 
+from app.content.compiling import MAX_SOURCE_BYTES
+from app.content.rendering import compiled_cache
 from app.db import engine_for
+from app.delivery import dispatch
 from app.schemas.text import LINE_BREAK
 from tests.conftest import create_project
+from tests.content.test_rendering import NEVER_COMPILES, REFUSED_BY_PYTHON, TOO_MANY_BLOCKS
+from tests.tasks.test_prepare import accepted_raw
+from tests.waiting import wait_until
 
 WORDS = {"subject": "Hi {{ name }}", "text": "Welcome, {{ name }}.", "html": "<p>Welcome, {{ name }}.</p>"}
 WELCOME = {"key": "welcome", "channel": "email", **WORDS}
@@ -326,3 +333,91 @@ def test_a_send_pins_the_latest_version_remembered_until_a_new_one_is_saved(proj
         versions.append(project.get(answer.get_json()["id"]).get_json()["template_version"])
     assert versions == [1, 1, 2, 2]
     assert template_queries == [1, 0, 1, 0]
+
+
+def stored_versions(engine, project_id: str) -> int:
+    with engine.connect() as connection:
+        return connection.execute(
+            text("SELECT count(*) FROM templates WHERE project_id = :p"), {"p": project_id}
+        ).scalar_one()
+
+
+def test_a_template_that_does_not_compile_is_a_422_naming_its_field_and_nothing_is_written(project, engine):
+    answer = project.call("POST", "/v1/templates", {**WELCOME, "text": NEVER_COMPILES})
+    assert answer.status_code == 422
+    assert list(answer.get_json()["errors"]["json"]) == ["text"]
+    answer = project.call("POST", "/v1/templates", {**WELCOME, "html": TOO_MANY_BLOCKS})
+    assert answer.status_code == 422
+    (problem,) = answer.get_json()["errors"]["json"]["html"]
+    assert problem.startswith(REFUSED_BY_PYTHON)
+    assert stored_versions(engine, project.id) == 0
+    assert project.call("POST", "/v1/templates", WELCOME).status_code == 201
+    assert project.call("PUT", "/v1/templates/welcome", {**WORDS, "text": TOO_MANY_BLOCKS}).status_code == 422
+    assert stored_versions(engine, project.id) == 1
+
+
+def test_a_source_over_the_size_cap_is_refused_at_save(project, engine):
+    answer = project.call("POST", "/v1/templates", {**WELCOME, "html": "x" * (MAX_SOURCE_BYTES + 1)})
+    assert answer.status_code == 422
+    assert answer.get_json()["errors"]["json"] == {"html": [f"The template is longer than {MAX_SOURCE_BYTES} bytes."]}
+    assert stored_versions(engine, project.id) == 0
+
+
+def store_legacy(engine, project_id: str, key: str, text_: str) -> None:
+    """A version written before the checks at save, straight into the table: never compiled."""
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO templates (project_id, key, version, channel, default_locale, variants) "
+                "VALUES (:p, :k, 1, 'email', 'en', CAST(:v AS jsonb))"
+            ),
+            {"p": project_id, "k": key, "v": json.dumps({"en": {"subject": "Hi", "text": text_}})},
+        )
+
+
+@pytest.mark.parametrize("source", [NEVER_COMPILES, TOO_MANY_BLOCKS], ids=["issue-30", "nested-blocks"])
+def test_a_stored_version_that_does_not_compile_previews_as_a_422_with_its_reason(project, engine, source):
+    store_legacy(engine, project.id, "legacy", source)
+    for _ in range(2):
+        answer = project.call("POST", "/v1/templates/legacy/preview", {"data": {"a": [1]}})
+        assert answer.status_code == 422
+        (reason,) = answer.get_json()["errors"]["json"]["template"]
+        assert reason.startswith("text: the template ")
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_version_that_does_not_compile_fails_each_of_its_messages_with_one_compile(client, project, engine):
+    """Prepare gets a RenderError for every message of the version, the first compiled and the
+    rest remembered: each message fails alone and at once, no batch is split in halves, and
+    another project's messages in the same task are sent."""
+    store_legacy(engine, project.id, "legacy", TOO_MANY_BLOCKS)
+    ids = accepted_raw(engine, project.id, "legacy", [{"a": [i]} for i in range(6)])
+    neighbour = create_project(client)
+    assert neighbour.call("POST", "/v1/templates", WELCOME).status_code == 201
+    good = accepted_raw(engine, neighbour.id, "welcome", [{"name": f"n{i}"} for i in range(3)])
+    compiles = compiled_cache.compiles
+    (task,) = dispatch.prepare([*ids[:3], *good, *ids[3:]], "bulk")
+    task.apply_async()
+    failed = [project.wait_for(message_id) for message_id in ids]
+    assert {message["status"] for message in failed} == {"failed"}
+    (error,) = {message["error"] for message in failed}
+    assert error.startswith("render error in text: the template does not compile: SyntaxError: too many")
+    assert [neighbour.wait_for(message_id)["status"] for message_id in good] == ["sent"] * 3
+    assert compiled_cache.compiles == compiles + 2  # the broken version once, the neighbour's once
+
+
+def test_words_are_compiled_before_the_latest_version_is_locked(project, engine):
+    """A save compiles for up to half a second: a PUT whose words do not compile answers while
+    another transaction holds the template's row, instead of holding a lock and a connection."""
+    assert project.call("POST", "/v1/templates", WELCOME).status_code == 201
+    answers: list[int] = []
+    change = {**WORDS, "text": TOO_MANY_BLOCKS}
+    with engine.connect() as locker, locker.begin():
+        locker.execute(text("SELECT 1 FROM templates WHERE project_id = :p FOR UPDATE"), {"p": project.id})
+        put = threading.Thread(
+            target=lambda: answers.append(project.call("PUT", "/v1/templates/welcome", change).status_code), daemon=True
+        )
+        put.start()
+        wait_until(lambda: list(answers), bool, 10, "the PUT to answer while the row is locked")
+    put.join(timeout=10)
+    assert answers == [422]

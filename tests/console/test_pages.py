@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.pauses import ProviderPauses
+from app.services.templates import checked_words
 from tests.conftest import ADMIN_KEY, create_project
 from tests.console.conftest import csrf_of, sign_in, token
+from tests.content.test_rendering import NEVER_COMPILES, REFUSED_BY_PYTHON, TOO_MANY_BLOCKS
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -185,3 +187,69 @@ def test_the_editor_adds_a_locale_variant_as_a_new_version(client, project):
     assert project.call("GET", "/v1/templates/welcome?locale=en").get_json()["subject"] == "Hello {{ name }}"
     page = client.get("/console/templates/welcome?locale=de").get_data(as_text=True)
     assert 'value="Hallo {{ name }}"' in page and "version 2 of 2" in page
+
+
+def preview(client, form: str, fields: dict, data: dict | None = None):
+    return client.post(
+        "/console/templates/welcome/preview",
+        json={"fields": fields, "data": data or {}},
+        headers={"X-CSRF-Token": form},
+    )
+
+
+def test_a_template_that_does_not_compile_is_a_422_naming_its_field_from_the_console(client, project):
+    make_template(project)
+    sign_in(client, project.live_key)
+    form = token(client)
+    words = {"subject": "s", "text": TOO_MANY_BLOCKS}
+    saved = client.post("/console/templates/welcome", data={"csrf_token": form, **words})
+    assert saved.status_code == 422
+    page = saved.get_data(as_text=True)
+    assert "text" in page and REFUSED_BY_PYTHON in page
+    created = client.post(
+        "/console/templates",
+        data={"csrf_token": form, "key": "bad", "channel": "email", "subject": "s", "text": NEVER_COMPILES},
+    )
+    assert created.status_code == 422 and "text" in created.get_data(as_text=True)
+    previewed = preview(client, form, words)
+    assert previewed.status_code == 422
+    (problem,) = previewed.get_json()["errors"]["json"]["text"]
+    assert problem.startswith(REFUSED_BY_PYTHON)
+    assert project.call("GET", "/v1/templates/welcome").get_json()["version"] == 1
+    assert project.call("GET", "/v1/templates/bad").status_code == 404
+
+
+def test_draft_previews_are_compiled_once_per_words_failures_included(client, project):
+    make_template(project)
+    sign_in(client, project.live_key)
+    form = token(client)
+    compiles = checked_words.compiles
+    draft = {"subject": "Bye {{ name }}", "text": "So long"}
+    answers = [preview(client, form, draft, {"name": name}).get_json()["subject"] for name in ("Ada", "Bo")]
+    assert answers == ["Bye Ada", "Bye Bo"]
+    assert checked_words.compiles == compiles + 1
+    assert preview(client, form, {**draft, "text": "other words"}).status_code == 422  # `name` is missing
+    assert checked_words.compiles == compiles + 2
+    broken = {"subject": "s", "text": TOO_MANY_BLOCKS}
+    assert [preview(client, form, broken).status_code for _ in range(2)] == [422, 422]
+    assert checked_words.compiles == compiles + 3
+    saved = client.post("/console/templates/welcome", data={"csrf_token": form, **draft})
+    assert saved.status_code == 302  # what was just previewed was checked already
+    assert checked_words.compiles == compiles + 3
+
+
+def test_console_pages_count_against_the_projects_rate_limit_like_the_api(client):
+    limited = create_project(client, rate_limit_per_min=5)
+    make_template(limited)  # 1
+    sign_in(client, limited.live_key)
+    form = token(client)  # 2: a console page
+    assert limited.call("POST", "/v1/templates/welcome/preview", {"data": {"name": "A"}}).status_code == 200  # 3
+    answers = [preview(client, form, {"subject": "Hi", "text": "t"}) for _ in range(3)]  # 4, 5, 6
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    refused = answers[-1]
+    assert refused.get_json()["message"] == "Rate limit exceeded; retry after the window resets."
+    assert (refused.headers["RateLimit-Limit"], refused.headers["RateLimit-Remaining"]) == ("5", "0")
+    assert client.get("/console/templates").status_code == 429
+    assert limited.call("GET", "/v1/templates").status_code == 429
+    other = create_project(client, rate_limit_per_min=5)
+    assert other.call("GET", "/v1/templates").status_code == 200

@@ -5,14 +5,27 @@ the memory the render allocated (tracemalloc), never by how long it took."""
 from __future__ import annotations
 
 import tracemalloc
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from app.content.budget import MAX_BUILT, MAX_STEPS, RENDER_SECONDS
+from app.content.compiling import MAX_CODE, MAX_DEPTH, MAX_NODES, MAX_SOURCE_BYTES, code_size
 from app.content.limits import MAX_INT_BITS, MAX_OUTPUT
-from app.content.rendering import TEXT_ENV, RenderError, check_source, compile_variant, render
+from app.content.rendering import (
+    TEXT_ENV,
+    CompiledCache,
+    RenderError,
+    check_variant,
+    compile_variant,
+    compiled_cache,
+    render,
+    render_version,
+)
 
 # A bomb that was refused before it allocated stays far below what it asked for (each of
 # these would take hundreds of megabytes to gigabytes).
@@ -21,6 +34,11 @@ ALLOCATION_CEILING = 32 * 1024 * 1024
 
 # Time enough that a test of another limit never meets the time limit first on a slow machine.
 UNHURRIED = 30.0
+
+
+def check_source(field: str, source: Any) -> list[str]:
+    """What a save finds wrong with one field's source, given time enough that a cap is met first."""
+    return check_variant({field: source}, seconds=UNHURRIED)[1].get(field, [])
 
 
 def rendered(field: str, source: str, seconds: float = RENDER_SECONDS, **data: Any) -> str:
@@ -252,3 +270,141 @@ def test_a_filter_or_test_the_sandbox_lacks_is_refused_at_save():
     ]
     known = "{% filter upper %}{{ y|e|default('-') }}{% endfilter %}{% if y is even %}{% endif %}"
     assert check_source("html", known) == []
+
+
+# -- compiling -----------------------------------------------------------------------------
+
+# The template of issue 30: it parses, and Jinja generates all its code, which Python refuses
+# (too many levels of indentation) after 0.6 s of CPU, every time it was asked.
+NEVER_COMPILES = "{{a~a}}" * 5000 + "{% if a %}" * 100 + "x" + "{% endif %}" * 100
+# Within every cap, and Python still refuses what Jinja makes of it.
+TOO_MANY_BLOCKS = "{% for i in a %}" * 21 + "x" + "{% endfor %}" * 21
+REFUSED_BY_PYTHON = "The template does not compile: SyntaxError: too many statically nested blocks"
+
+
+def marketing_email(articles: int) -> str:
+    """HTML as a campaign tool writes it: inline styles, a table per article, conditions, a loop."""
+    article = (
+        '<table role="presentation" width="100%" cellpadding="0" cellspacing="0" border="0" '
+        'style="border-collapse:collapse;mso-table-lspace:0pt;mso-table-rspace:0pt;"><tr>'
+        '<td style="padding:0 24px 16px 24px;font-family:Helvetica,Arial,sans-serif;font-size:16px;'
+        'line-height:24px;color:#333333;">'
+        '<a href="{{{{ articles[{i}].url }}}}?utm_campaign={{{{ campaign|urlencode }}}}" '
+        'style="color:#1a73e8;text-decoration:none;"><img src="{{{{ articles[{i}].image }}}}" width="552" '
+        'alt="{{{{ articles[{i}].title|e }}}}" style="display:block;width:100%;max-width:552px;border:0;"></a>'
+        '<h2 style="margin:0 0 8px 0;font-family:Georgia,serif;font-size:22px;">{{{{ articles[{i}].title }}}}</h2>'
+        '<p style="margin:0 0 12px 0;">{{{{ articles[{i}].summary|truncate(200) }}}}</p>'
+        '{{% if articles[{i}].author %}}<p style="font-size:13px;color:#777777;">By {{{{ articles[{i}].author }}}}'
+        " &middot; {{{{ articles[{i}].minutes }}}} min read</p>{{% endif %}}</td></tr></table>\n"
+    )
+    products = (
+        '{% for p in products[:8] %}<tr><td style="padding:0 16px 16px 24px;"><img src="{{ p.image }}" '
+        'width="160" alt="{{ p.name }}"></td><td><strong>{{ p.name }}</strong><br>{% if p.sale_price is defined %}'
+        '<span style="text-decoration:line-through;">{{ currency }}{{ p.price }}</span>'
+        " {{ currency }}{{ p.sale_price }}"
+        '{% else %}{{ currency }}{{ p.price }}{% endif %}<br><a href="{{ p.url }}">Shop now</a></td></tr>{% endfor %}'
+    )
+    head = "<html><body>{% if subscriber.data.first_name %}Hi {{ subscriber.data.first_name|title }},{% endif %}\n"
+    return head + "".join(article.format(i=i) for i in range(articles)) + products + "</body></html>"
+
+
+def test_a_template_that_parses_but_does_not_compile_is_refused_at_save_naming_its_field():
+    assert check_variant({"subject": "Hi", "text": NEVER_COMPILES}, seconds=UNHURRIED)[1] == {
+        "text": [f"The template nests more than {MAX_DEPTH} levels deep."]
+    }
+    compiled, problems = check_variant({"subject": "Hi", "html": TOO_MANY_BLOCKS}, seconds=UNHURRIED)
+    assert list(problems) == ["html"] and problems["html"][0].startswith(REFUSED_BY_PYTHON)
+    assert compiled == {"subject": compiled["subject"]}  # what compiled, and nothing of what did not
+
+
+def test_any_error_compiling_is_the_templates_render_error():
+    with pytest.raises(RenderError) as raised:
+        compile_variant({"subject": "Hi", "text": TOO_MANY_BLOCKS})
+    assert raised.value.field == "text"
+    assert raised.value.detail.startswith("the template does not compile: SyntaxError: too many statically nested")
+
+
+def test_a_source_too_long_or_with_too_many_parts_is_refused_before_it_is_compiled():
+    assert check_source("html", "x" * MAX_SOURCE_BYTES) == []
+    assert check_source("html", "é" * (MAX_SOURCE_BYTES // 2 + 1)) == [
+        f"The template is longer than {MAX_SOURCE_BYTES} bytes."
+    ]
+    assert check_source("text", "{{ a ~ a }}" * (MAX_NODES // 2)) == [
+        f"The template has more than {MAX_NODES} tags, variables and operators in all."
+    ]
+    # A JSON field's strings count together.
+    payload = {"a": "x" * (MAX_SOURCE_BYTES // 2), "b": ["x" * (MAX_SOURCE_BYTES // 2 + 1)]}
+    assert check_source("payload", payload) == [f"The template is longer than {MAX_SOURCE_BYTES} bytes."]
+
+
+def test_a_deep_chain_is_refused_at_save_instead_of_exhausting_the_checks_recursion():
+    for source in ("{{ a" + "|upper" * 3000 + " }}", "{{ a" + ".b" * 3000 + " }}"):
+        assert check_source("text", source) == [f"The template nests more than {MAX_DEPTH} levels deep."]
+
+
+def test_a_big_marketing_email_compiles_well_within_the_caps():
+    source = marketing_email(50)
+    assert 40_000 < len(source.encode()) < MAX_SOURCE_BYTES
+    compiled, problems = check_variant({"subject": "News", "html": source})
+    assert problems == {}
+    assert code_size(compiled) < MAX_CODE / 4
+    articles = [{"url": "u", "image": "i", "title": "T", "summary": "s", "author": "A", "minutes": 3}] * 50
+    data = {
+        "articles": articles,
+        "campaign": "c",
+        "products": [],
+        "currency": "€",
+        "subscriber": {"data": {"first_name": "ada"}},
+    }
+    assert render(compiled, data)["html"].count("<h2") == 50
+
+
+def test_compiling_spends_a_budget_of_its_own():
+    source = marketing_email(50)
+    with pytest.raises(RenderError) as raised:
+        compile_variant({"html": source}, seconds=0.001)
+    assert raised.value.detail == "the template takes more than 0.001 s to compile"
+    assert check_variant({"html": source}, seconds=0.001)[1] == {
+        "html": ["The template takes more than 0.001 s to compile."]
+    }
+
+
+def legacy_version(variants: dict[str, Any]) -> SimpleNamespace:
+    """A stored version as prepare reads it, written before the checks at save (so never checked)."""
+    return SimpleNamespace(
+        project_id=f"t-{uuid.uuid4().hex[:12]}",
+        key="legacy",
+        version=1,
+        default_locale="en",
+        variants={"en": variants},
+        created_at=datetime.now(UTC),
+    )
+
+
+def test_a_failed_compile_is_remembered_so_each_message_fails_at_once():
+    version = legacy_version({"subject": "Hi", "text": TOO_MANY_BLOCKS})
+    compiles = compiled_cache.compiles
+    details = []
+    for _ in range(3):
+        with pytest.raises(RenderError) as raised:
+            render_version(version, ["en"], {"a": [1]})
+        details.append((raised.value.field, raised.value.detail))
+    assert compiled_cache.compiles == compiles + 1
+    assert len(set(details)) == 1 and details[0][1].startswith("the template does not compile: SyntaxError")
+
+
+def test_a_cache_of_compiled_templates_holds_at_most_its_code():
+    source = marketing_email(10)
+    one = code_size(compile_variant({"html": source}))
+    cache: CompiledCache[Any] = CompiledCache(size=100, code=int(one * 2.5))
+    for key in range(4):
+        cache.get(key, lambda: compile_variant({"html": source}))
+    assert len(cache) == 2
+    cache.get(3, lambda: pytest.fail("the newest was evicted"))
+    assert cache.compiles == 4
+
+
+def test_any_error_parsing_is_the_templates_problem_not_a_500():
+    """Python refuses to read an integer of more than 4300 digits, in a ValueError the parse let through."""
+    (problem,) = check_source("text", "{{ " + "9" * 5000 + " }}")
+    assert problem.startswith("The template does not parse: ValueError: Exceeds the limit (4300 digits)")
