@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -534,17 +534,18 @@ class CompiledCache(Generic[V]):
     def __init__(self, *, size: int = 2048, code: int = 16 * 1024 * 1024) -> None:
         self.size = size
         self.code = code
-        self.compiles = 0  # builds run: a test's, or an operator's, measure of the hits
-        self._items: OrderedDict[Hashable, tuple[V | RenderError, int]] = OrderedDict()
+        # Builds run per project (a key's first part): what each tenant's templates cost this process.
+        self.compiles: Counter[Hashable] = Counter()
+        self._items: OrderedDict[tuple[Hashable, ...], tuple[V | RenderError, int]] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, build: Callable[[], V]) -> V:
-        """`key`'s result, built on the first call; a RenderError is raised again as it was first."""
+    def get(self, key: tuple[Hashable, ...], build: Callable[[], V]) -> V:
+        """`key`'s result (a project first), built on the first call; a RenderError is raised again as it was first."""
         with self._lock:
             found, _ = self._items.get(key, (_MISSING, 0))
             if found is _MISSING:
-                self.compiles += 1
+                self.compiles[key[0]] += 1
             else:
                 self._items.move_to_end(key)
         if found is _MISSING:
@@ -557,7 +558,7 @@ class CompiledCache(Generic[V]):
             raise found.again()
         return found
 
-    def _keep(self, key: Hashable, found: V | RenderError) -> None:
+    def _keep(self, key: tuple[Hashable, ...], found: V | RenderError) -> None:
         size = code_size(found)
         with self._lock:
             _, replaced = self._items.pop(key, (None, 0))  # two threads built the same key at once

@@ -223,19 +223,19 @@ def test_draft_previews_are_compiled_once_per_words_failures_included(client, pr
     make_template(project)
     sign_in(client, project.live_key)
     form = token(client)
-    compiles = checked_words.compiles
+    compiles = checked_words.compiles[project.id]
     draft = {"subject": "Bye {{ name }}", "text": "So long"}
     answers = [preview(client, form, draft, {"name": name}).get_json()["subject"] for name in ("Ada", "Bo")]
     assert answers == ["Bye Ada", "Bye Bo"]
-    assert checked_words.compiles == compiles + 1
+    assert checked_words.compiles[project.id] == compiles + 1
     assert preview(client, form, {**draft, "text": "other words"}).status_code == 422  # `name` is missing
-    assert checked_words.compiles == compiles + 2
+    assert checked_words.compiles[project.id] == compiles + 2
     broken = {"subject": "s", "text": TOO_MANY_BLOCKS}
     assert [preview(client, form, broken).status_code for _ in range(2)] == [422, 422]
-    assert checked_words.compiles == compiles + 3
+    assert checked_words.compiles[project.id] == compiles + 3
     saved = client.post("/console/templates/welcome", data={"csrf_token": form, **draft})
     assert saved.status_code == 302  # what was just previewed was checked already
-    assert checked_words.compiles == compiles + 3
+    assert checked_words.compiles[project.id] == compiles + 3
 
 
 def test_console_pages_count_against_the_projects_rate_limit_like_the_api(client):
