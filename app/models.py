@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Enum,
     ForeignKey,
@@ -754,3 +755,30 @@ class WorkflowDigest(Base):
     latest_close_at: Mapped[datetime]
     flushed_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = _now()
+
+
+# Every status column, and the vocabulary it holds. A CHECK constraint built from the enum
+# guards each (migration 0018), so a misspelt status in SQL is an error, not a row no query
+# ever finds; tests/test_migrations.py holds the database's constraints to these enums.
+STATUS_COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
+    ("messages", "status"): MessageStatus,
+    ("message_counts", "status"): MessageStatus,
+    ("message_count_deltas", "status"): MessageStatus,
+    ("push_deliveries", "status"): DeviceStatus,
+    ("inbox_items", "status"): InboxStatus,
+    ("webhook_deliveries", "status"): WebhookDeliveryStatus,
+    ("workflow_runs", "status"): RunStatus,
+}
+
+
+def status_check_name(table: str, column: str) -> str:
+    return f"ck_{table}_{column}"
+
+
+for (_table, _column), _vocabulary in STATUS_COLUMNS.items():
+    Base.metadata.tables[_table].append_constraint(
+        CheckConstraint(
+            f"{_column} IN ({', '.join(repr(member.value) for member in _vocabulary)})",
+            name=status_check_name(_table, _column),
+        )
+    )
