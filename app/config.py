@@ -6,6 +6,7 @@ missing or malformed value fails at start-up with one line instead of deep insid
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,7 +58,8 @@ class Settings:
     secret_key: str
     # Each channel's providers in failover order: the first whose circuit is closed is used.
     chains: Mapping[Channel, tuple[str, ...]]
-    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`.
+    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`; unset, it
+    # answers only this machine, and only while the API listens on loopback alone (`loopback_only`).
     metrics_token: str | None = None
     max_attempts: Mapping[Channel, int] = field(default_factory=dict)
     # Messages per second each provider may take, shared by every worker; None: no limit.
@@ -104,6 +106,11 @@ class Settings:
     console_secure_cookie: bool = False
     console_session_hours: int = 8
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether the API listens on this machine's loopback alone (TIDINGS_HOST)."""
+        return is_loopback(self.host)
 
     @property
     def providers(self) -> dict[Channel, str]:
@@ -186,6 +193,16 @@ def use_settings(settings: Settings) -> Settings:
 def current_settings() -> Settings:
     """The settings this process runs with, read from the environment if no entry point chose them."""
     return _current if _current is not None else use_settings(Settings.from_env())
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` (an address or `localhost`) is this machine's loopback: 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
 
 
 def _public_url(env: Mapping[str, str]) -> str:

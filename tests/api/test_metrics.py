@@ -246,3 +246,39 @@ def test_the_spec_declares_the_metrics_token_only_where_it_is_set(guarded, clien
     guarded_security = guarded.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"]
     assert guarded_security == [{"metricsToken": []}]
     assert client.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"] == []
+
+
+@pytest.fixture(scope="module")
+def exposed(migrated):
+    """An API that listens beyond loopback, with no METRICS_TOKEN set."""
+    return create_app(Settings.from_env({**migrated.environ, "TIDINGS_HOST": "0.0.0.0"})).test_client()
+
+
+def test_beyond_loopback_without_a_token_no_scrape_is_answered(exposed, project):
+    """The numbers name every project and its daily volume: none of it leaves without the token."""
+    assert project.send(email()).status_code == 202  # the project is in today's quota use now
+    for headers in ({}, bearer(ADMIN_KEY), bearer(project.live_key)):
+        refused = exposed.get("/metrics", headers=headers)
+        assert refused.status_code == 401
+        assert "METRICS_TOKEN" in refused.get_json()["message"]
+        assert project.id not in refused.get_data(as_text=True)
+    assert exposed.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"] == [{"metricsToken": []}]
+
+
+@pytest.mark.parametrize(
+    "scrape_from",
+    [
+        {"environ_base": {"REMOTE_ADDR": "203.0.113.9"}},
+        {"headers": {"X-Forwarded-For": "203.0.113.9"}},
+        {"headers": {"Forwarded": "for=203.0.113.9"}},
+    ],
+    ids=["another-machine", "through-a-proxy", "through-a-proxy-rfc7239"],
+)
+def test_on_loopback_without_a_token_only_the_machine_itself_is_answered(client, project, scrape_from):
+    assert project.send(email()).status_code == 202
+    refused = client.get("/metrics", **scrape_from)
+    assert refused.status_code == 401
+    assert project.id not in refused.get_data(as_text=True)
+    answered = client.get("/metrics")
+    assert answered.status_code == 200
+    assert f'project="{project.id}"' in answered.get_data(as_text=True)
