@@ -31,6 +31,10 @@ MAX_COUNTDOWN = 15 * 60
 # Beyond this a waiting send would be late by any measure; the default is a few milliseconds.
 MAX_PREPARE_LINGER_MS = 10_000
 DEFAULT_DAILY_QUOTAS = {Channel.EMAIL: 250_000}
+# Bytes of words and files a project's sends may store a day: its live keys', and its test keys'
+# (which reach no provider, so need only what a rehearsal does).
+DEFAULT_DAILY_STORAGE_BYTES = 10 * 2**30
+DEFAULT_TEST_DAILY_STORAGE_BYTES = 20 * 2**20
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ class Settings:
     daily_quotas: Mapping[Channel, int] = field(default_factory=dict)
     # Messages a minute a project's sends may carry, unless its settings say otherwise; None: no limit.
     messages_per_min: int | None = None
+    # Bytes of words and files a project's sends with live keys, and with test keys, may store
+    # per day unless its settings say otherwise (settings.daily_storage_bytes); None: no bound.
+    daily_storage_bytes: int | None = DEFAULT_DAILY_STORAGE_BYTES
+    test_daily_storage_bytes: int | None = DEFAULT_TEST_DAILY_STORAGE_BYTES
     # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
     # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
     console_secure_cookie: bool = False
@@ -173,6 +181,10 @@ class Settings:
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             daily_quotas=_daily_quotas(env),
             messages_per_min=_optional_int(env, "RATE_LIMIT_MESSAGES_PER_MINUTE", None, minimum=1),
+            daily_storage_bytes=_optional_int(env, "DAILY_STORAGE_BYTES", DEFAULT_DAILY_STORAGE_BYTES, minimum=0),
+            test_daily_storage_bytes=_optional_int(
+                env, "TEST_DAILY_STORAGE_BYTES", DEFAULT_TEST_DAILY_STORAGE_BYTES, minimum=0
+            ),
             console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
             console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,

@@ -25,7 +25,7 @@ from marshmallow import ValidationError, validate
 from app.access.auth import Caller
 from app.access.caller_cache import CallerCache
 from app.access.ratelimit import ApiRateLimiter
-from app.access.refusals import LimitReached, LimitUnknown
+from app.access.refusals import LimitReached, LimitTooSmall, LimitUnknown
 from app.config import Settings
 from app.content.mime import Malformed, read_mail
 from app.db import session_factory
@@ -163,6 +163,8 @@ class Ingress:
             return f"554 5.6.0 Malformed message: {reply_text(error)}"
         except FilesNotCarried as error:
             return f"554 5.6.1 Attachments cannot be sent: {reply_text(error)}"
+        except LimitTooSmall as error:
+            return f"552 5.3.4 {reply_text(error.description)}"
         except (LimitReached, LimitUnknown) as error:
             return f"451 4.7.1 {reply_text(error.description)} Try again in {error.retry_after} seconds"
         except Exception:

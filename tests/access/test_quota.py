@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.access.quota import Ask, DailyQuota, Taken, quota_day
+from app.access.quota import Ask, DailyQuota, Taken, messages_of, quota_day
 from app.db import session_factory
 from app.enums import Channel
 from app.redis_client import redis_for
@@ -127,7 +127,7 @@ def in_parallel(clients: int, attempts: int, send: Callable[[], bool]) -> int:
 
 
 def email(project_id: str, limit: int, count: int = 1, zone: str = "UTC") -> Ask:
-    return Ask(project_id, Channel.EMAIL, limit, zone, count)
+    return Ask(project_id, messages_of(Channel.EMAIL), limit, zone, count)
 
 
 def test_a_day_runs_from_one_local_midnight_to_the_next():

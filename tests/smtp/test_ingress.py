@@ -332,6 +332,29 @@ def test_a_message_over_the_daily_quota_is_451_for_every_recipient(smtp, client,
         assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": limited.id}) == 2
 
 
+def test_a_test_keys_storage_is_451_once_full_and_552_for_a_message_larger_than_a_day(smtp, client, engine):
+    """PDF's base64 is about 2,750 bytes: one such message fits 4,000 a day, a second does
+    not today, and one with two PDFs never does."""
+    bounded = create_project(client, settings={"daily_storage_bytes": {"test": 4000}})
+    message = mail()
+    message.add_attachment(PDF, maintype="application", subtype="pdf", filename="invoice.pdf")
+    twice = mail()
+    for name in ("a.pdf", "b.pdf"):
+        twice.add_attachment(PDF, maintype="application", subtype="pdf", filename=name)
+    with smtp.login(bounded.test_key) as connection:
+        connection.sendmail("billing@app.example", ["a@example.com"], message.as_bytes(policy=SMTP_POLICY))
+        with pytest.raises(smtplib.SMTPDataError) as full:
+            connection.sendmail("billing@app.example", ["b@example.com"], message.as_bytes(policy=SMTP_POLICY))
+        with pytest.raises(smtplib.SMTPDataError) as too_large:
+            connection.sendmail("billing@app.example", ["c@example.com"], twice.as_bytes(policy=SMTP_POLICY))
+    assert full.value.smtp_code == 451
+    assert full.value.smtp_error.decode().startswith("4.7.1 The project's test keys may store 4000 bytes")
+    assert too_large.value.smtp_code == 552
+    assert too_large.value.smtp_error.decode().startswith("5.3.4 This send stores ")
+    with engine.connect() as db:
+        assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": bounded.id}) == 1
+
+
 def test_a_project_without_email_is_550(smtp, client):
     sms_only = create_project(client, channels=["sms"])
     with smtp.login(sms_only.live_key) as connection, pytest.raises(smtplib.SMTPSenderRefused) as refused:
