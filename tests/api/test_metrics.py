@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.api import create_app
+from app.api.metrics import token_needed
 from app.config import ConfigError, Settings
 from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
@@ -282,3 +283,21 @@ def test_on_loopback_without_a_token_only_the_machine_itself_is_answered(client,
     answered = client.get("/metrics")
     assert answered.status_code == 200
     assert f'project="{project.id}"' in answered.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),  # Debian's own name for the host
+        ("localhost", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("unix:/run/tidings.sock", False),  # a socket a proxy on any machine may reach
+    ],
+)
+def test_only_a_loopback_bind_keeps_metrics_open_without_a_token(host, loopback, migrated):
+    settings = Settings.from_env({**migrated.environ, "TIDINGS_HOST": host})
+    assert (settings.loopback_only, token_needed(settings)) == (loopback, not loopback)
