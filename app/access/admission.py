@@ -75,9 +75,9 @@ def _take_daily(session: Session, caller: Caller, meter: Meter, limit: int, coun
     """Take from one daily quota; what is taken is given back should the transaction roll back."""
     ask = Ask(caller.project_id, meter, limit, caller.limits.quota_timezone, count, written)
     taken = _limiters().quota.take(session, ask)
-    if taken.allowed and taken.give_back is not None:
+    if taken.give_back is not None:  # a refusal took nothing, so has nothing to give back or publish
         _on_rollback(session, taken.give_back)
-    if taken.allowed and taken.publish is not None:
+    if taken.publish is not None:
         session.info.setdefault("admission_after_commit", []).append(taken.publish)
     return taken
 
