@@ -24,7 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.access.auth import Caller
-from app.access.quota import Ask, DailyQuota, Meter, Taken, messages_of, stored_bytes
+from app.access.quota import Ask, DailyQuota, Meter, Taken, messages_of, storage_of
 from app.access.ratelimit import MessageRateLimiter, MessageVerdict
 from app.access.refusals import LimitReached, LimitTooSmall
 from app.config import current_settings
@@ -64,7 +64,7 @@ def admit(
     if storage is not None and stored > 0:
         if stored > storage:
             raise _storage_too_small(caller, storage, stored)
-        taken = _take_daily(session, caller, stored_bytes(caller.is_test), storage, stored, written)
+        taken = _take_daily(session, caller, storage_of(caller.is_test), storage, stored, written)
         headers.update(taken.headers(STORAGE_HEADERS))
         if not taken.allowed:
             raise _storage_reached(caller, taken, headers)

@@ -169,7 +169,7 @@ def messages_of(channel: Channel) -> Meter:
     return Meter(channel.value, COUNT, {"channel": channel.value}, noted=True)
 
 
-def stored_bytes(test: bool) -> Meter:
+def storage_of(test: bool) -> Meter:
     """The bytes stored by the sends of a project's test keys, or of its live keys."""
     return Meter("test-bytes" if test else "bytes", COUNT_BYTES, {"test": test})
 
