@@ -6,6 +6,7 @@ missing or malformed value fails at start-up with one line instead of deep insid
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ MAX_COUNTDOWN = 15 * 60
 # Beyond this a waiting send would be late by any measure; the default is a few milliseconds.
 MAX_PREPARE_LINGER_MS = 10_000
 DEFAULT_DAILY_QUOTAS = {Channel.EMAIL: 250_000}
+# Bytes of words and files a project's sends may store a day: its live keys', and its test keys'
+# (which reach no provider, so need only what a rehearsal does).
+DEFAULT_DAILY_STORAGE_BYTES = 10 * 2**30
+DEFAULT_TEST_DAILY_STORAGE_BYTES = 20 * 2**20
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,8 @@ class Settings:
     secret_key: str
     # Each channel's providers in failover order: the first whose circuit is closed is used.
     chains: Mapping[Channel, tuple[str, ...]]
-    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`.
+    # METRICS_TOKEN: when set, /metrics answers only `Authorization: Bearer <it>`; unset, it
+    # answers only this machine, and only while the API listens on loopback alone (`loopback_only`).
     metrics_token: str | None = None
     max_attempts: Mapping[Channel, int] = field(default_factory=dict)
     # Messages per second each provider may take, shared by every worker; None: no limit.
@@ -99,11 +105,20 @@ class Settings:
     daily_quotas: Mapping[Channel, int] = field(default_factory=dict)
     # Messages a minute a project's sends may carry, unless its settings say otherwise; None: no limit.
     messages_per_min: int | None = None
+    # Bytes of words and files a project's sends with live keys, and with test keys, may store
+    # per day unless its settings say otherwise (settings.daily_storage_bytes); None: no bound.
+    daily_storage_bytes: int | None = DEFAULT_DAILY_STORAGE_BYTES
+    test_daily_storage_bytes: int | None = DEFAULT_TEST_DAILY_STORAGE_BYTES
     # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
     # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
     console_secure_cookie: bool = False
     console_session_hours: int = 8
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether the API listens on this machine's loopback alone (TIDINGS_HOST)."""
+        return is_loopback(self.host)
 
     @property
     def providers(self) -> dict[Channel, str]:
@@ -166,6 +181,10 @@ class Settings:
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             daily_quotas=_daily_quotas(env),
             messages_per_min=_optional_int(env, "RATE_LIMIT_MESSAGES_PER_MINUTE", None, minimum=1),
+            daily_storage_bytes=_optional_int(env, "DAILY_STORAGE_BYTES", DEFAULT_DAILY_STORAGE_BYTES, minimum=0),
+            test_daily_storage_bytes=_optional_int(
+                env, "TEST_DAILY_STORAGE_BYTES", DEFAULT_TEST_DAILY_STORAGE_BYTES, minimum=0
+            ),
             console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
             console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,
@@ -186,6 +205,16 @@ def use_settings(settings: Settings) -> Settings:
 def current_settings() -> Settings:
     """The settings this process runs with, read from the environment if no entry point chose them."""
     return _current if _current is not None else use_settings(Settings.from_env())
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` (an address or `localhost`) is this machine's loopback: 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
 
 
 def _public_url(env: Mapping[str, str]) -> str:

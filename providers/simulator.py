@@ -4,9 +4,10 @@ Integrations rehearse failure with it, with a test key or a live one, and nothin
 a real provider: prepare routes every address of the simulator's own (table below) here,
 whatever the key. Its answers are ordinary results: a temporary failure retries on the real
 ladder, a permanent one fails and suppresses the address, a rate limit pauses the provider
-(this one: the simulator), and what a real provider reports later by status webhook
-(delivered, bounced, complained; opens and clicks) comes back as `Report`s, which the
-engine applies through the same code as those webhooks.
+(this one: the simulator, for the recipient's project alone, as `endpoint_per_message` makes
+each project's messages an account of their own), and what a real provider reports later by
+status webhook (delivered, bounced, complained; opens and clicks) comes back as `Report`s,
+which the engine applies through the same code as those webhooks.
 
 Every address is reserved so it can never reach anyone: email and webhook hosts under
 `.invalid` (RFC 2606), SMS numbers in NANP's fictional 555-0100..0199 block (any area code),

@@ -2,7 +2,8 @@
 
 Subscriber tokens are signed, not stored: what they act as is their project, remembered
 the same way (apart from keys, so no key can ever be mistaken for a project id). Event
-streams ask again at every heartbeat, so a revoked key's stream ends within one.
+streams ask again at every heartbeat, and SMTP logins at every message, so a revoked key's
+stream ends within one heartbeat and its SMTP session sends nothing more.
 """
 
 from __future__ import annotations

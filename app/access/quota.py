@@ -1,5 +1,8 @@
-"""Daily quotas: how many messages of a channel a project may have accepted in its day,
-exactly, however many API processes take from it at once.
+"""Daily quotas: how many messages of a channel a project may have accepted in its day, and
+how many bytes of words and files its sends may store, exactly, however many API processes
+take from them at once. What a quota counts is its `Meter`: messages of one channel, or the
+bytes of a key kind's sends; everything below is the same for each, "channel" standing for
+the meter's name.
 
 Redis counts. Each (project, channel, day) is a hash of `used` and the `generation` it
 counts from, changed by Lua check-and-add, so two concurrent takes never pass the limit
@@ -21,9 +24,12 @@ since (while Redis was down), the take is put back, and the day is counted again
 
 Should Redis lose the day while an accept holds the lock shared and has to count again, that
 accept cannot wait for the others holding it: it is refused with a 503 to retry, never let
-through uncounted. Left out on purpose: test keys, which reach no provider. Approximate by a
-clock's skew: the day is the API's clock's, while PostgreSQL counts by `created_at`, the
-database's; a send a moment from midnight may be recounted into the other day.
+through uncounted. Left out of the message quotas on purpose: test keys, which reach no
+provider (their storage is bounded all the same). Approximate by a clock's skew: the day is
+the API's clock's, while PostgreSQL counts by `created_at`, the database's; a send a moment
+from midnight may be recounted into the other day. Bytes are measured as PostgreSQL measures
+the stored text (app/access/storage.py), up to the spacing of JSON and the words a template
+renders later, which only PostgreSQL's count sees.
 """
 
 from __future__ import annotations
@@ -31,15 +37,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from datetime import time as midnight_time
 from functools import partial
 from zoneinfo import ZoneInfo
 
 import redis
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
 from app.access.refusals import LimitUnknown
@@ -55,12 +61,12 @@ LOCK_CLASS = 0x71756F74  # "quot"
 KEEP_AFTER_DAY = timedelta(days=1)
 
 # Every script notes the state it leaves in the usage hash (app/observability/quota_usage.py):
-# KEYS[1] the day's counter, KEYS[2] that hash; ARGV[1] the usage field, ARGV[2] the limit,
+# KEYS[1] the day's counter, KEYS[2] that hash; ARGV[1] the usage field ('': none), ARGV[2] the limit,
 # ARGV[3] when the day ends (Unix seconds). Each answers {status, used, generation}:
 # status 1 taken, 0 refused (used is then the use before), -1 no state for the day.
 NOTE = """
 local function note(used)
-  redis.call('HSET', KEYS[2], ARGV[1], used .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+  if ARGV[1] ~= '' then redis.call('HSET', KEYS[2], ARGV[1], used .. ' ' .. ARGV[2] .. ' ' .. ARGV[3]) end
 end
 local function take(count)
   local state = redis.call('HMGET', KEYS[1], 'used', 'generation')
@@ -75,10 +81,10 @@ local function take(count)
   return {1, used, tonumber(state[2])}
 end
 """
-# ARGV[4] messages.
+# ARGV[4] what to take (messages, bytes).
 TAKE = NOTE + "return take(tonumber(ARGV[4]))"
 # PostgreSQL's count as the day's state: ARGV[4] used, ARGV[5] its generation, ARGV[6] when the
-# counter expires, ARGV[7] messages to take then (0: none), ARGV[8] 1 if a missing state is to
+# counter expires, ARGV[7] what to take then (0: none), ARGV[8] 1 if a missing state is to
 # stay missing. A state of a newer generation is kept: it counts from a later decision.
 SETTLE = (
     NOTE
@@ -94,7 +100,7 @@ if tonumber(ARGV[7]) == 0 then return {1, tonumber(ARGV[4]), tonumber(ARGV[5])} 
 return take(tonumber(ARGV[7]))
 """
 )
-# Put a take back, if the state it was taken from is still the day's: ARGV[4] messages, ARGV[5] its generation.
+# Put a take back, if the state it was taken from is still the day's: ARGV[4] what was taken, ARGV[5] its generation.
 GIVE_BACK = (
     NOTE
     + """
@@ -117,6 +123,23 @@ COUNT = text(
     WHERE project_id = :project AND channel = :channel AND NOT test AND created_at >= :start AND created_at < :end
     """
 )
+# The bytes the day's sends of one key kind stored: each message's words and data, and each file
+# they name once (app/access/storage.py measures a send the same way).
+COUNT_BYTES = text(
+    """
+    WITH day AS (
+        SELECT c.subject, c.text, c.html, c.data, c.metadata, c.headers, c.attachment_ids
+        FROM messages m JOIN message_contents c ON c.message_id = m.id
+        WHERE m.project_id = :project AND m.test = :test AND m.created_at >= :start AND m.created_at < :end
+    )
+    SELECT coalesce((SELECT sum(coalesce(octet_length(subject), 0) + coalesce(octet_length(text), 0)
+                                + coalesce(octet_length(html), 0) + octet_length(data::text)
+                                + octet_length(metadata::text) + coalesce(octet_length(headers::text), 0))
+                     FROM day), 0)
+         + coalesce((SELECT sum(octet_length(content)) FROM attachments
+                     WHERE id IN (SELECT unnest(attachment_ids) FROM day)), 0)
+    """
+)
 NEW_GENERATION = text(
     """
     INSERT INTO quota_generations (project_id, channel, generation)
@@ -127,6 +150,28 @@ NEW_GENERATION = text(
 )
 
 TAKEN, REFUSED, MISSING = 1, 0, -1
+
+
+@dataclass(frozen=True, eq=False)  # its SQL compares as an expression, not a value
+class Meter:
+    """What a daily quota counts: its name (in Redis keys, advisory locks and quota_generations'
+    `channel`, 16 characters at most) and how PostgreSQL counts a day of it."""
+
+    name: str
+    count: TextClause
+    params: Mapping[str, object] = field(default_factory=dict)
+    # Whether its use is noted for /metrics and the digest (messages per channel are).
+    noted: bool = False
+
+
+def messages_of(channel: Channel) -> Meter:
+    """A channel's messages accepted with live keys."""
+    return Meter(channel.value, COUNT, {"channel": channel.value}, noted=True)
+
+
+def storage_of(test: bool) -> Meter:
+    """The bytes stored by the sends of a project's test keys, or of its live keys."""
+    return Meter("test-bytes" if test else "bytes", COUNT_BYTES, {"test": test})
 
 
 @dataclass(frozen=True)
@@ -150,10 +195,10 @@ def quota_day(now: float, zone: str) -> QuotaDay:
 
 @dataclass(frozen=True)
 class Ask:
-    """A send asking its daily quota for `count` messages."""
+    """A send asking a daily quota for `count` of what its meter counts."""
 
     project_id: str
-    channel: Channel
+    meter: Meter
     limit: int
     zone: str
     count: int
@@ -181,11 +226,11 @@ class Taken:
     def remaining(self) -> int:
         return max(self.limit - self.used, 0)
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, name: str = "X-Quota") -> dict[str, str]:
         headers = {
-            "X-Quota-Limit": str(self.limit),
-            "X-Quota-Remaining": str(self.remaining),
-            "X-Quota-Reset": str(self.reset_seconds),
+            f"{name}-Limit": str(self.limit),
+            f"{name}-Remaining": str(self.remaining),
+            f"{name}-Reset": str(self.reset_seconds),
         }
         if not self.allowed:
             headers["Retry-After"] = str(self.reset_seconds)
@@ -246,8 +291,10 @@ class DailyQuota:
         return counter.answer(True, used, publish=partial(self._publish, counter, used, generation))
 
     def _committed(self, session: Session, counter: _Counter) -> int:
-        """The day's messages committed so far (this transaction sees its own as well)."""
-        seen = session.scalar(COUNT, {**counter.names, "start": counter.day.start, "end": counter.day.end})
+        """The day's count committed so far (this transaction sees its own as well)."""
+        meter = counter.ask.meter
+        day = {"project": counter.ask.project_id, "start": counter.day.start, "end": counter.day.end}
+        seen = session.scalar(meter.count, {**meter.params, **day})
         return max(seen - (counter.ask.count if counter.ask.written else 0), 0)
 
     def _publish(self, counter: _Counter, used: int, generation: int) -> None:
@@ -271,11 +318,13 @@ class _Counter:
         self.day = day
         self.reset_seconds = max(1, math.ceil(day.end.timestamp() - now))
         self.expires = int((day.end + KEEP_AFTER_DAY).timestamp())
-        self.names = {"project": ask.project_id, "channel": ask.channel.value}
-        self.lock = {"lock_class": LOCK_CLASS, "lock_name": f"{ask.project_id}:{ask.channel.value}"}
+        meter = ask.meter.name
+        self.names = {"project": ask.project_id, "channel": meter}
+        self.lock = {"lock_class": LOCK_CLASS, "lock_name": f"{ask.project_id}:{meter}"}
         # The zone is in the key: a project that moves its midnight starts a day of another span.
-        self._keys = [f"tidings:quota:{ask.project_id}:{ask.channel.value}:{day.date}:{ask.zone}", USAGE_HASH]
-        self._note = [usage_field(ask.project_id, ask.channel.value), ask.limit, int(day.end.timestamp())]
+        self._keys = [f"tidings:quota:{ask.project_id}:{meter}:{day.date}:{ask.zone}", USAGE_HASH]
+        noted = usage_field(ask.project_id, meter) if ask.meter.noted else ""
+        self._note = [noted, ask.limit, int(day.end.timestamp())]
 
     def script(self, *args: int) -> dict[str, list]:
         return {"keys": self._keys, "args": [*self._note, *args]}

@@ -2,7 +2,8 @@
 
 They are raised deep inside a service's transaction (that is where a daily quota is
 taken), so the rollback that follows is what undoes the rest; the API answers them in its
-one error shape with their headers, and the SMTP server turns them into a 451.
+one error shape with their headers, and the SMTP server turns them into a 451 (a send too
+large for a whole day's limit: a 552, as no retry can help it).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from werkzeug.exceptions import ServiceUnavailable, TooManyRequests
+from werkzeug.exceptions import RequestEntityTooLarge, ServiceUnavailable, TooManyRequests
 
 
 class LimitReached(TooManyRequests):
@@ -29,3 +30,11 @@ class LimitUnknown(ServiceUnavailable):
         super().__init__(message)
         self.data = {"message": message, "headers": {"Retry-After": "1"}}
         self.retry_after = 1
+
+
+class LimitTooSmall(RequestEntityTooLarge):
+    """A send larger than a whole day of one of the project's limits: it must be made smaller."""
+
+    def __init__(self, message: str, errors: Mapping[str, Any]):
+        super().__init__(message)
+        self.data = {"message": message, "errors": dict(errors)}

@@ -37,7 +37,8 @@ SECURITY_SCHEMES = {
     "A project key on an admin route is a 403.",
     SUBSCRIBER_TOKEN: "A short-lived token for one subscriber's browser (`POST /v1/subscribers/{id}/token`): "
     "that subscriber's inbox and inbox stream, nothing else.",
-    METRICS_TOKEN: "METRICS_TOKEN, when the deployment sets it: then `/metrics` answers nobody else.",
+    METRICS_TOKEN: "METRICS_TOKEN: `/metrics` answers nobody else. Without it set, `/metrics` answers only "
+    "the machine itself, and only while the API listens on loopback alone.",
 }
 
 
@@ -45,7 +46,7 @@ SECURITY_SCHEMES = {
 class Access:
     """Who may call a blueprint's routes: `check` runs before each of its requests, and the spec
     declares `schemes` (any one of them opens the routes; none: public). `needed` says whether a
-    deployment's settings ask for a key at all (`/metrics` does only with METRICS_TOKEN)."""
+    deployment's settings ask for a key at all (`/metrics`: see `metrics.token_needed`)."""
 
     schemes: tuple[str, ...] = ()
     check: Callable[[], None] | None = None

@@ -33,6 +33,11 @@ SEND_HEADERS = {
     "X-Quota-Limit": _integer("The channel's daily quota (settings.daily_quota)."),
     "X-Quota-Remaining": _integer("Messages of the channel left today."),
     "X-Quota-Reset": _integer("Seconds until midnight in settings.quota_timezone, when the quota resets."),
+    "X-Storage-Quota-Limit": _integer(
+        "Bytes of words and files the key's kind (live or test) may store a day (settings.daily_storage_bytes)."
+    ),
+    "X-Storage-Quota-Remaining": _integer("Bytes left today: a send's words count once per message, its files once."),
+    "X-Storage-Quota-Reset": _integer("Seconds until midnight in settings.quota_timezone, when the bytes reset."),
     "Idempotent-Replayed": {
         "description": "`true` when this is the original answer to an earlier request with the same Idempotency-Key "
         "and body: nothing was sent again.",
@@ -43,8 +48,9 @@ SEND_HEADERS = {
 LIMIT_REACHED: dict[str, Any] = {
     "schema": ErrorSchema,
     "description": "A limit has no room for the send, and nothing was written: requests a minute, messages a "
-    "minute (a batch counts each recipient and is refused whole), or the channel's daily quota (which says how "
-    "many remain). Retry after `Retry-After` seconds; the limit's own headers come with it.",
+    "minute (a batch counts each recipient and is refused whole), the channel's daily quota (which says how "
+    "many remain), or the bytes the key's kind may store a day (`daily_storage_bytes`; a send larger than a whole "
+    "day's is a 413 instead). Retry after `Retry-After` seconds; the limit's own headers come with it.",
     "headers": {**RETRY_AFTER, **RATE_LIMIT_HEADERS},
     "example": {
         "code": 429,

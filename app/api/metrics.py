@@ -6,15 +6,17 @@ breaker state is read where the workers keep it, and daily quota use where the A
 (app/observability/quota_usage.py). So one scrape of any API process sees every worker on
 every machine, however many prefork children or autoscaled workers came and went.
 
-With METRICS_TOKEN set, a scrape must bring it as a bearer token: the numbers name
-projects and providers, and the API may face the internet.
+The numbers name every project and its daily volume, so a scrape must bring METRICS_TOKEN
+as a bearer token. Without one set, only a scrape from this machine to an API that listens
+on loopback alone is answered (`make run`), and not one a reverse proxy forwarded: a
+proxy on the same machine makes the internet's requests come from loopback too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from flask import Response
+from flask import Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -23,22 +25,42 @@ from app.api.blueprint import Blueprint
 from app.api.context import Context, context
 from app.api.contract import METRICS_TOKEN, OPERATIONS, Access
 from app.api.requests import request_tally
+from app.config import Settings, is_loopback
 from app.observability.counters import RedisCounterCollector
 from app.observability.gauges import GaugeCollector
 from app.observability.quota_usage import QuotaUsageCollector
 from app.services.operations import BREAKER_STATES, provider_states
 
+# Headers a reverse proxy adds to what it forwards.
+FORWARDED = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
 
 def require_metrics_token() -> None:
-    token = context().settings.metrics_token
-    if token is not None and not bearer_is(token):
-        unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
+    """Refuse a scrape without METRICS_TOKEN, unless none is set and the scrape is this machine's own."""
+    settings = context().settings
+    if settings.metrics_token is not None:
+        if not bearer_is(settings.metrics_token):
+            unauthorized("/metrics needs the metrics token (METRICS_TOKEN) as a bearer token.")
+    elif not (settings.loopback_only and _from_this_machine()):
+        unauthorized(
+            f"/metrics answers only this machine while METRICS_TOKEN is not set, and the API listens on "
+            f"{settings.host}: set METRICS_TOKEN and scrape with it as a bearer token."
+        )
+
+
+def _from_this_machine() -> bool:
+    return is_loopback(request.remote_addr) and not any(name in request.headers for name in FORWARDED)
+
+
+def token_needed(settings: Settings) -> bool:
+    """Whether the spec declares the token: always, but for an API on loopback alone without one."""
+    return settings.metrics_token is not None or not settings.loopback_only
 
 
 blp = Blueprint(
     "metrics",
     __name__,
-    access=Access((METRICS_TOKEN,), require_metrics_token, needed=lambda settings: settings.metrics_token is not None),
+    access=Access((METRICS_TOKEN,), require_metrics_token, needed=token_needed),
     tag=OPERATIONS,
     description="Prometheus metrics.",
 )
@@ -83,7 +105,8 @@ def metrics() -> Response:
     """Prometheus metrics.
 
     Counters, histograms and gauges of the whole fleet (API, workers, beat), read from Redis at scrape time.
-    With METRICS_TOKEN set, only a scrape bearing it is answered.
+    Only a scrape bearing METRICS_TOKEN is answered; without one set, only a scrape from the machine
+    itself to an API listening on loopback alone.
     """
     ctx = context()
     request_tally.flush(ctx.redis)

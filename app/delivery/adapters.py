@@ -62,8 +62,9 @@ class Account:
     """Whose account a group of claimed messages goes out through.
 
     `scope` names what a pause applies to: the provider for the deployment's account, the
-    provider and project for a project's own, so one tenant's revoked key or exhausted quota
-    never pauses everyone else.
+    provider and project for a project's own (and for every project of a provider whose
+    endpoints are its tenants'), so one tenant's revoked key, exhausted quota or simulated
+    rate limit never pauses everyone else.
     """
 
     scope: str
@@ -101,21 +102,25 @@ _lock = threading.Lock()
 
 
 def accounts_for(config: Settings, provider: str, claimed: Sequence[Row]) -> list[tuple[Account, list[Row]]]:
-    """Group a claimed batch by account: the deployment's, and each project's own where it has one."""
-    groups: dict[str, list[Row]] = defaultdict(list)
+    """Group a claimed batch by account: the deployment's, and each project's own where it has one.
+
+    A provider whose every message goes to an endpoint its tenant chose (the simulator, the
+    webhook channel) is the deployment's account in each project's own scope: what one
+    project's recipients answer (the simulator's `rate-limited`) pauses that project alone.
+    """
+    per_project = registry.endpoint_per_message(provider)
+    groups: dict[str | None, list[Row]] = defaultdict(list)  # by project; None: the deployment's scope
     versions: dict[str, datetime] = {}
     for row in claimed:
-        if row.account_version is None:
-            groups[provider].append(row)
-        else:
-            groups[row.project_id].append(row)
+        if row.account_version is not None:
             versions[row.project_id] = row.account_version
+        groups[row.project_id if row.account_version is not None or per_project else None].append(row)
     adapters = own_adapters(config, provider, versions)
     return [
         (Account(provider, provider_instance(provider)), rows)
-        if key == provider
-        else (Account(own_scope(provider, key), adapters[key]), rows)
-        for key, rows in groups.items()
+        if project is None
+        else (Account(own_scope(provider, project), adapters.get(project) or provider_instance(provider)), rows)
+        for project, rows in groups.items()
     ]
 
 

@@ -18,7 +18,6 @@ from app.config import ConfigError, Settings, database_url_from_env
 from app.observability import logs
 from app.runtime.cli_base import check_database, fail, load_settings, one_line_errors
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Loggers that say the same thing every second (beat's release_due) or narrate start-up.
 QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
 
@@ -61,7 +60,7 @@ def flower() -> None:
     from app.delivery.broker import configure
 
     settings = Settings.from_env()
-    if settings.flower_basic_auth is None and settings.host not in LOOPBACK:
+    if settings.flower_basic_auth is None and not settings.loopback_only:
         raise ConfigError(f"FLOWER_BASIC_AUTH is not set, and Flower would listen on {settings.host}")
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     configure(settings).start(

@@ -152,6 +152,18 @@ class ProjectSettingsSchema(Schema):
             "example": {"email": 250000, "sms": 10000},
         },
     )
+    daily_storage_bytes = fields.Dict(
+        keys=fields.String(validate=validate.OneOf(["live", "test"])),
+        values=fields.Integer(allow_none=True, validate=validate.Range(min=0)),
+        load_default=dict,
+        dump_default=dict,
+        metadata={
+            "description": "Bytes of words and files the sends of the project's live keys, and of its test keys, "
+            "may store per day (words and data once per message, files once per send); null: no bound. A kind "
+            "left out has the deployment's (DAILY_STORAGE_BYTES, TEST_DAILY_STORAGE_BYTES).",
+            "example": {"live": 10737418240, "test": 20971520},
+        },
+    )
     quota_timezone = fields.String(
         load_default="UTC",
         dump_default="UTC",

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.access import admission
 from app.access.auth import Caller
+from app.access.storage import stored_bytes
 from app.db import enqueue_after_commit
 from app.delivery import dispatch
 from app.enums import Channel, MessageStatus
@@ -125,8 +126,10 @@ def send_batch(
         common = intake.common_for_send(session, caller.project_id, data, test=caller.is_test, batch_id=batch_id)
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key):
             return _replay(session, caller, idempotency_key, raw_body)
-        limits = admission.admit(session, caller, channel, len(recipients) + len(duplicates))
-        ids = intake.copy_messages(session, caller.project_id, common, recipients + duplicates)
+        rows = recipients + duplicates
+        stored = stored_bytes(common, len(rows), own_data=(row.data for row in rows))
+        limits = admission.admit(session, caller, channel, len(rows), stored=stored)
+        ids = intake.copy_messages(session, caller.project_id, common, rows)
         if common.status is MessageStatus.ACCEPTED:
             for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
                 enqueue_after_commit(session, signature)
@@ -156,7 +159,7 @@ def _send_to_topic(
         fanout = intake.topic_columns(session, caller.project_id, common)
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key, topic, fanout):
             return _replay(session, caller, idempotency_key, raw_body)
-        limits = admission.admit(session, caller, data["channel"], members)
+        limits = admission.admit(session, caller, data["channel"], members, stored=stored_bytes(common, members))
         enqueue_after_commit(session, dispatch.fan_out(str(batch_id), common.priority))
     return Accepted(body, replayed=False, headers=limits)
 

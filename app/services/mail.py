@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.access import admission
 from app.access.auth import Caller
+from app.access.storage import stored_bytes
 from app.content.addresses import normalise_address
 from app.content.mime import Mail
 from app.delivery import coalescer
@@ -57,7 +58,7 @@ def accept_mail(
     )
     addresses = dict.fromkeys(normalise_address("email", address) for address in recipients)
     with db.begin() as session:
-        admission.admit(session, caller, Channel.EMAIL, len(addresses))
+        admission.admit(session, caller, Channel.EMAIL, len(addresses), stored=stored_bytes(common, len(addresses)))
         inserted = intake.insert_messages(
             session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
         )

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.access import admission
 from app.access.auth import Caller
+from app.access.storage import stored_bytes
 from app.delivery import coalescer, device_store, store
 from app.delivery.event_log import sent_data
 from app.enums import Channel, EventType, MessageStatus
@@ -75,7 +76,8 @@ def accept(
         row = next((row for row in inserted if row.to_address not in copied), None)
         if row is None:  # the key was used before (copies it did not have are rolled back by a 409)
             return _replay(session, caller, idempotency_key, raw_body, copies)
-        limits = admission.admit(session, caller, data["channel"], len(inserted), written=True)
+        stored = stored_bytes(common, len(inserted))
+        limits = admission.admit(session, caller, data["channel"], len(inserted), written=True, stored=stored)
     if status is MessageStatus.ACCEPTED:
         coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"])
     body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}

@@ -4,6 +4,10 @@
 aiosmtpd runs every connection on one asyncio loop. Whatever blocks (PostgreSQL, Redis,
 reading a 10 MB message) runs on a thread pool, so one slow commit never stalls the other
 connections; DATA is answered 250 only once its rows are committed.
+
+A login lasts no longer than its key: every message asks again whether the key holds (one
+Redis GET while nothing changed, as an event stream asks at each heartbeat), so a key
+revoked mid-session has its next message refused and the session signed out.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from marshmallow import ValidationError, validate
 
-from app.access.auth import Caller, find_caller
+from app.access.auth import Caller
+from app.access.caller_cache import CallerCache
 from app.access.ratelimit import ApiRateLimiter
-from app.access.refusals import LimitReached, LimitUnknown
+from app.access.refusals import LimitReached, LimitTooSmall, LimitUnknown
 from app.config import Settings
 from app.content.mime import Malformed, read_mail
 from app.db import session_factory
@@ -32,6 +38,18 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 VALID_EMAIL = validate.Email()  # the API's own check of an email address
 MAX_REASON = 300  # an SMTP reply line stays under 512 octets
+SIGNED_OUT = "530 5.7.0 The API key of this login is no longer valid; authenticate again"
+
+
+@dataclass(frozen=True)
+class Login:
+    """A session's login: the key it gave, asked about again for every message."""
+
+    key: str
+
+
+class KeyRevoked(Exception):
+    """The session's key stopped authenticating between its MAIL and its DATA."""
 
 
 def unverified(server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any) -> AuthResult:
@@ -54,7 +72,9 @@ class Ingress:
         self.max_recipients = max_recipients
         self.pool = pool
         self.db = session_factory(settings.database_url)
-        self.limiter = ApiRateLimiter(redis_for(settings.redis_url))
+        client = redis_for(settings.redis_url)
+        self.limiter = ApiRateLimiter(client)
+        self.callers = CallerCache(self.db, client)
         # DATA commands between their last byte and their answer, so a stop can wait for them.
         self.busy = 0
 
@@ -73,24 +93,41 @@ class Ingress:
         credentials = parsed.auth_data
         if not isinstance(credentials, LoginPassword):
             return parsed  # the client's answer could not be read; aiosmtpd has said so
+        key = credentials.password.decode("utf-8", errors="replace")
         try:
-            caller = await self.offload(self.caller_for, credentials.password.decode("utf-8", errors="replace"))
+            caller = await self.offload(self.callers.caller, key, True)
         except Exception:
             logger.exception("could not check an SMTP login")
             return AuthResult(success=False, handled=False, message="454 4.7.0 Temporary authentication failure")
         if caller is None:
             return AuthResult(success=False, handled=False)  # aiosmtpd answers 535
-        return AuthResult(success=True, auth_data=caller)
+        return AuthResult(success=True, auth_data=Login(key))
 
-    def caller_for(self, key: str) -> Caller | None:
-        with self.db() as session:
-            return find_caller(session, key)
+    def still_valid(self, login: Login) -> Caller:
+        """Who the login's key is now; KeyRevoked once it no longer authenticates."""
+        caller = self.callers.caller(login.key, fresh=True)
+        if caller is None:
+            raise KeyRevoked
+        return caller
+
+    @staticmethod
+    def sign_out(session: Session) -> str:
+        """End a login whose key was revoked: the client may authenticate again with another."""
+        session.authenticated = False
+        session.auth_data = None
+        return SIGNED_OUT
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
     ) -> str:
-        """A new message: the project must have email on and be within its rate limit."""
-        caller: Caller = session.auth_data
+        """A new message: the key must still hold, the project have email on and be within its rate limit."""
+        try:
+            caller = await self.offload(self.still_valid, session.auth_data)
+        except KeyRevoked:
+            return self.sign_out(session)
+        except Exception:
+            logger.exception("could not check an SMTP login's key")
+            return "451 4.3.0 The login could not be checked; try again later"
         if Channel.EMAIL.value not in caller.channels:
             return "550 5.7.1 The email channel is not enabled for this project"
         if caller.rate_limit_per_min:
@@ -120,10 +157,14 @@ class Ingress:
         self.busy += 1
         try:
             ids = await self.offload(self.accept, session.auth_data, list(envelope.rcpt_tos), envelope.content)
+        except KeyRevoked:
+            return self.sign_out(session)
         except Malformed as error:
             return f"554 5.6.0 Malformed message: {reply_text(error)}"
         except FilesNotCarried as error:
             return f"554 5.6.1 Attachments cannot be sent: {reply_text(error)}"
+        except LimitTooSmall as error:
+            return f"552 5.3.4 {reply_text(error.description)}"
         except (LimitReached, LimitUnknown) as error:
             return f"451 4.7.1 {reply_text(error.description)} Try again in {error.retry_after} seconds"
         except Exception:
@@ -134,8 +175,8 @@ class Ingress:
         more = f" and {len(ids) - 1} more" if len(ids) > 1 else ""
         return f"250 2.0.0 OK: queued as {ids[0]}{more}"
 
-    def accept(self, caller: Caller, recipients: list[str], raw: bytes) -> list[str]:
-        return accept_mail(self.db, caller, recipients, read_mail(raw), self.settings.chains)
+    def accept(self, login: Login, recipients: list[str], raw: bytes) -> list[str]:
+        return accept_mail(self.db, self.still_valid(login), recipients, read_mail(raw), self.settings.chains)
 
 
 def reply_text(error: object) -> str:

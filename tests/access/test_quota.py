@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.access.quota import Ask, DailyQuota, Taken, quota_day
+from app.access.quota import Ask, DailyQuota, Taken, messages_of, quota_day, storage_of
 from app.db import session_factory
 from app.enums import Channel
 from app.redis_client import redis_for
@@ -28,6 +28,16 @@ INSERT = text(
     """
     INSERT INTO messages (project_id, channel, status, priority, to_address)
     SELECT :project, 'email', 'accepted', 'bulk', 'user' || g || '@example.com' FROM generate_series(1, :count) AS g
+    """
+)
+# A test key's message whose words and (empty) data store :count bytes, as the storage meter counts them.
+STORE = text(
+    """
+    WITH new AS (
+        INSERT INTO messages (project_id, channel, status, priority, to_address, test)
+        VALUES (:project, 'email', 'accepted', 'bulk', 'user@example.com', true) RETURNING id
+    )
+    INSERT INTO message_contents (message_id, text) SELECT id, repeat('x', :count - length('{}{}')) FROM new
     """
 )
 
@@ -72,7 +82,9 @@ def own_redis(tmp_path) -> Iterator[EmbeddedRedis]:
     server.stop(kill=True)
 
 
-def accept(db: sessionmaker[Session], quota: DailyQuota, ask: Ask, fail: bool = False) -> Taken:
+def accept(
+    db: sessionmaker[Session], quota: DailyQuota, ask: Ask, fail: bool = False, *, write: TextClause = INSERT
+) -> Taken:
     """Take and write in one transaction (whose write fails, if asked), then publish or give
     back as the answer asks."""
     with db() as session:
@@ -80,7 +92,7 @@ def accept(db: sessionmaker[Session], quota: DailyQuota, ask: Ask, fail: bool = 
             with session.begin():
                 taken = quota.take(session, ask)
                 if taken.allowed:
-                    session.execute(INSERT, {"project": ask.project_id, "count": ask.count})
+                    session.execute(write, {"project": ask.project_id, "count": ask.count})
                 if fail:
                     raise WriteFailed
         except WriteFailed:
@@ -127,7 +139,7 @@ def in_parallel(clients: int, attempts: int, send: Callable[[], bool]) -> int:
 
 
 def email(project_id: str, limit: int, count: int = 1, zone: str = "UTC") -> Ask:
-    return Ask(project_id, Channel.EMAIL, limit, zone, count)
+    return Ask(project_id, messages_of(Channel.EMAIL), limit, zone, count)
 
 
 def test_a_day_runs_from_one_local_midnight_to_the_next():
@@ -149,6 +161,16 @@ def test_concurrent_takes_let_exactly_the_quota_through(db, engine, quota_projec
     quota = DailyQuota(redis_for(migrated.redis_url))
     allowed = in_parallel(4, 40, lambda: accept(db, quota, email(quota_project, 25)).allowed)
     assert (allowed, rows(engine, quota_project)) == (25, 25)
+
+
+def test_a_storage_meter_is_taken_as_exactly_and_apart_from_the_channels(db, quota_project, migrated):
+    """Bytes go through the same takes as messages, on counters and locks of their own."""
+    quota = DailyQuota(redis_for(migrated.redis_url))
+    test_bytes = Ask(quota_project, storage_of(True), 2500, "UTC", 100)
+    assert in_parallel(4, 40, lambda: accept(db, quota, test_bytes, write=STORE).allowed) == 25
+    assert accept(db, quota, email(quota_project, 1)).allowed
+    assert accept(db, quota, Ask(quota_project, storage_of(False), 100, "UTC", 100)).allowed
+    assert not accept(db, quota, test_bytes, write=STORE).allowed
 
 
 def test_a_send_that_does_not_fit_takes_nothing(db, engine, quota_project, migrated):

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.api import create_app
+from app.api.metrics import token_needed
 from app.config import ConfigError, Settings
 from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
@@ -246,3 +247,57 @@ def test_the_spec_declares_the_metrics_token_only_where_it_is_set(guarded, clien
     guarded_security = guarded.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"]
     assert guarded_security == [{"metricsToken": []}]
     assert client.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"] == []
+
+
+@pytest.fixture(scope="module")
+def exposed(migrated):
+    """An API that listens beyond loopback, with no METRICS_TOKEN set."""
+    return create_app(Settings.from_env({**migrated.environ, "TIDINGS_HOST": "0.0.0.0"})).test_client()
+
+
+def test_beyond_loopback_without_a_token_no_scrape_is_answered(exposed, project):
+    """The numbers name every project and its daily volume: none of it leaves without the token."""
+    assert project.send(email()).status_code == 202  # the project is in today's quota use now
+    for headers in ({}, bearer(ADMIN_KEY), bearer(project.live_key)):
+        refused = exposed.get("/metrics", headers=headers)
+        assert refused.status_code == 401
+        assert "METRICS_TOKEN" in refused.get_json()["message"]
+        assert project.id not in refused.get_data(as_text=True)
+    assert exposed.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]["security"] == [{"metricsToken": []}]
+
+
+@pytest.mark.parametrize(
+    "scrape_from",
+    [
+        {"environ_base": {"REMOTE_ADDR": "203.0.113.9"}},
+        {"headers": {"X-Forwarded-For": "203.0.113.9"}},
+        {"headers": {"Forwarded": "for=203.0.113.9"}},
+    ],
+    ids=["another-machine", "through-a-proxy", "through-a-proxy-rfc7239"],
+)
+def test_on_loopback_without_a_token_only_the_machine_itself_is_answered(client, project, scrape_from):
+    assert project.send(email()).status_code == 202
+    refused = client.get("/metrics", **scrape_from)
+    assert refused.status_code == 401
+    assert project.id not in refused.get_data(as_text=True)
+    answered = client.get("/metrics")
+    assert answered.status_code == 200
+    assert f'project="{project.id}"' in answered.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),  # Debian's own name for the host
+        ("localhost", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("unix:/run/tidings.sock", False),  # a socket a proxy on any machine may reach
+    ],
+)
+def test_only_a_loopback_bind_keeps_metrics_open_without_a_token(host, loopback, migrated):
+    settings = Settings.from_env({**migrated.environ, "TIDINGS_HOST": host})
+    assert (settings.loopback_only, token_needed(settings)) == (loopback, not loopback)

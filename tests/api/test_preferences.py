@@ -74,7 +74,7 @@ SETTINGS = {
 UNTRACKED = {"opens": False, "clicks": False, "transactional": True}
 # What a project's settings hold when they leave them out: the deployment's quotas, reset at
 # UTC midnight, and no sender of its own yet.
-LIMITS = {"daily_quota": {}, "quota_timezone": "UTC", "verified_senders": []}
+LIMITS = {"daily_quota": {}, "daily_storage_bytes": {}, "quota_timezone": "UTC", "verified_senders": []}
 # No category has a name of its own on the preference page until the project gives one.
 NAMES = {"category_names": {}}
 
@@ -170,6 +170,7 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "retention_days",
         "webhook_allowed_networks",
         "daily_quota",
+        "daily_storage_bytes",
         "quota_timezone",
         "messages_per_min",
         "verified_senders",

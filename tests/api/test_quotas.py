@@ -7,10 +7,12 @@ through gunicorn, in tests/faults/test_quotas.py.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import text
 
 from app.access import admission
 from app.access.quota import DailyQuota
@@ -172,5 +174,116 @@ def test_the_openapi_spec_documents_the_429_and_the_headers(client):
         assert {"X-Quota-Limit", "X-Quota-Remaining", "X-Quota-Reset", "RateLimit-Messages-Remaining"} <= set(
             responses["202"]["headers"]
         )
+        assert {"X-Storage-Quota-Limit", "X-Storage-Quota-Remaining", "X-Storage-Quota-Reset"} <= set(
+            responses["202"]["headers"]
+        )
     settings = spec["components"]["schemas"]["ProjectSettings"]["properties"]
-    assert {"daily_quota", "quota_timezone", "messages_per_min"} <= set(settings)
+    assert {"daily_quota", "quota_timezone", "messages_per_min", "daily_storage_bytes"} <= set(settings)
+
+
+# Daily storage: bytes of words and files a key kind's sends may store in the shared PostgreSQL.
+
+
+def storage_project(client, **bounds: int | None):
+    return create_project(client, settings={"daily_storage_bytes": bounds})
+
+
+def with_words(size: int) -> dict:
+    """An email whose words are `size` bytes (live keys' files go to providers that may not carry them)."""
+    return email(content={"subject": "S", "text": "x" * size})
+
+
+def with_file(size: int, **extra) -> dict:
+    """An email carrying a file whose stored (base64) text is `size` bytes."""
+    content = base64.b64encode(b"\0" * (size // 4 * 3)).decode()
+    return email(attachments=[{"filename": "scan.pdf", "content_type": "application/pdf", "content": content}], **extra)
+
+
+def written(engine, project_id: str) -> dict[str, int]:
+    with engine.connect() as connection:
+        return {
+            table: connection.execute(
+                text(f"SELECT count(*) FROM {table} WHERE project_id = :p"), {"p": project_id}
+            ).scalar_one()
+            for table in ("batches", "messages", "attachments")
+        }
+
+
+def test_a_test_keys_files_fill_its_day_then_429_says_which_limit_and_until_when(client, engine):
+    project = storage_project(client, test=10_000)
+    answers = [project.send(with_file(4000), key=project.test_key) for _ in range(3)]
+    assert [a.status_code for a in answers] == [202, 202, 429]
+    first, second, refused = answers
+    each = 10_000 - int(first.headers["X-Storage-Quota-Remaining"])
+    assert 4000 < each < 4100  # the file, and the words and data of its one message
+    assert int(second.headers["X-Storage-Quota-Remaining"]) == 10_000 - 2 * each
+    assert_error_shape(refused, 429)
+    assert refused.headers["Retry-After"] == refused.headers["X-Storage-Quota-Reset"]
+    errors = refused.get_json()["errors"]["daily_storage_bytes"]
+    assert {k: errors[k] for k in ("kind", "limit", "used", "remaining", "requested")} == {
+        "kind": "test",
+        "limit": 10_000,
+        "used": 2 * each,
+        "remaining": 10_000 - 2 * each,
+        "requested": each,
+    }
+    assert datetime.fromisoformat(errors["resets_at"]).time().isoformat() == "00:00:00"
+    assert errors["resets_at"] in refused.get_json()["message"]
+    assert written(engine, project.id) == {"batches": 0, "messages": 2, "attachments": 2}
+    # The live keys' storage is their own: the test key's day took none of it.
+    live = project.send(email()).headers
+    assert int(live["X-Storage-Quota-Limit"]) - int(live["X-Storage-Quota-Remaining"]) < 100
+
+
+def test_a_send_larger_than_a_whole_day_is_413_and_writes_nothing(client, engine):
+    project = storage_project(client, test=10_000)
+    refused = project.send(with_file(12_000), key=project.test_key)
+    assert_error_shape(refused, 413)
+    errors = refused.get_json()["errors"]["daily_storage_bytes"]
+    assert (errors["kind"], errors["limit"]) == ("test", 10_000) and errors["requested"] > 12_000
+    assert "Retry-After" not in refused.headers
+    assert written(engine, project.id) == {"batches": 0, "messages": 0, "attachments": 0}
+
+
+def test_a_batch_stores_its_words_once_per_message_and_is_refused_whole(client, engine):
+    project = storage_project(client, live=20_000)
+    words = {"subject": "Monthly news", "text": "x" * 1000}
+    assert post_batch(project, batch(recipients(15), content=words)).status_code == 202
+    before = written(engine, project.id)
+    refused = post_batch(project, batch(recipients(5), content=words))
+    assert refused.status_code == 429
+    errors = refused.get_json()["errors"]["daily_storage_bytes"]
+    assert errors["kind"] == "live" and 5 * 1000 < errors["requested"] < 5 * 1100
+    assert written(engine, project.id) == before
+
+
+def test_a_storage_refusal_gives_back_the_message_quota_it_took(client):
+    project = create_project(client, settings={"daily_quota": {"email": 5}, "daily_storage_bytes": {"live": 3000}})
+    assert project.send(with_words(4000)).status_code == 413
+    assert project.send(with_words(2000)).headers["X-Quota-Remaining"] == "4"
+    assert project.send(with_words(2000)).status_code == 429
+    assert project.send(email()).headers["X-Quota-Remaining"] == "3"
+
+
+def test_when_redis_lost_the_day_postgresql_counts_the_bytes_stored(client, app):
+    """The day's counter gone (Redis lost it, or a new day): PostgreSQL's count of the
+    stored words and files decides, and finds the earlier send's."""
+    project = storage_project(client, test=10_000)
+    assert project.send(with_file(6000), key=project.test_key).status_code == 202
+    redis_client = app.extensions["tidings"].redis
+    assert redis_client.delete(*redis_client.keys(f"tidings:quota:{project.id}:test-bytes:*")) == 1
+    refused = project.send(with_file(6000), key=project.test_key)
+    assert refused.status_code == 429
+    assert 6000 < refused.get_json()["errors"]["daily_storage_bytes"]["used"] < 6100
+
+
+def test_keys_have_the_deployments_storage_unless_the_project_says_otherwise(client, migrated):
+    assert (migrated.daily_storage_bytes, migrated.test_daily_storage_bytes) == (10 * 2**30, 20 * 2**20)
+    plain = create_project(client)
+    assert plain.send(email(), key=plain.test_key).headers["X-Storage-Quota-Limit"] == str(20 * 2**20)
+    assert plain.send(email()).headers["X-Storage-Quota-Limit"] == str(10 * 2**30)
+    unbounded = storage_project(client, test=None)
+    assert "X-Storage-Quota-Limit" not in unbounded.send(email(), key=unbounded.test_key).headers
+    settings = {"daily_storage_bytes": {"test": -1, "all": 5}}
+    bad = client.post("/v1/admin/projects", json={"name": "S", "settings": settings}, headers=ADMIN)
+    assert set(assert_error_shape(bad, 422)["errors"]["json"]["settings"]["daily_storage_bytes"]) == {"test", "all"}

@@ -7,11 +7,16 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sqlalchemy import text
 
 from app.config import ConfigError, Settings
+from app.delivery.pauses import ProviderPauses
 from providers import registry
 from providers.base import Outbound, Outcome, Report
-from providers.simulator import CLICKED_URL, Scenario, SimulatorProvider, scenario_of, simulates
+from providers.simulator import CLICKED_URL, DOMAIN, Scenario, SimulatorProvider, scenario_of, simulates
+from tasks.deliver import deliver
+from tests.conftest import create_project
+from tests.waiting import wait_until
 
 DOCUMENTED = [
     ("email", "delivered@simulator.tidings.invalid", Scenario.DELIVERED),
@@ -160,3 +165,52 @@ def test_no_chain_may_name_it_and_no_pace_covers_it(settings):
         Settings.from_env({**settings.environ, "EMAIL_PROVIDER": "simulator"})
     paced = Settings.from_env({**settings.environ, "EMAIL_RATE_PER_SEC": "5"})
     assert paced.rates == {"fake": 5.0, "fake2": 5.0}
+
+
+def test_a_rate_limit_pauses_the_simulator_for_its_own_project_alone(client, app, engine, worker):
+    """One deliver run with two projects' simulated recipients: A's `rate-limited` one first,
+    then more of B's than fit the simulator's batch. B's all go out in that run; A's message
+    waits out its own pause and goes too, its attempt given back.
+
+    Deliveries are held by an operator's pause of the simulator while the worker prepares
+    them (its deliver tasks are put off for minutes), so the test runs the one deliver itself.
+    """
+    a, b = create_project(client), create_project(client)
+    pauses = ProviderPauses(app.extensions["tidings"].redis)
+    pauses.pause(SimulatorProvider.name, None, "held by the test")
+    try:
+        first = a.send(email_to(f"rate-limited+{uuid.uuid4().hex[:8]}@{DOMAIN}")).get_json()["id"]
+        recipients = [{"email": f"delivered+{i}@{DOMAIN}"} for i in range(SimulatorProvider.max_batch)]
+        batch = b.call("POST", "/v1/messages/batch", {**CONTENT, "recipients": recipients})
+        assert batch.status_code == 202, batch.get_json()
+        ids = [first, *message_ids(engine, b.id)]
+        wait_until(lambda: statuses(engine, ids), lambda seen: seen == {"ready": len(ids)}, 30, "every message ready")
+    finally:
+        pauses.resume(SimulatorProvider.name)
+    deliver(SimulatorProvider.name, ids)  # A's message has the smallest id: it is sent first
+    assert statuses(engine, ids[1:]).keys() <= {"sent", "delivered"}
+    assert pauses.seconds_left(SimulatorProvider.name) is None
+    message = a.wait_for(first, {"delivered"}, timeout=30)
+    assert message["attempts"] == 1
+
+
+CONTENT = {"channel": "email", "content": {"subject": "Rehearsal", "text": "Hi"}}
+
+
+def email_to(address: str) -> dict:
+    return {**CONTENT, "to": {"email": address}}
+
+
+def message_ids(engine, project_id: str) -> list[str]:
+    with engine.connect() as connection:
+        found = connection.execute(text("SELECT id::text FROM messages WHERE project_id = :p"), {"p": project_id})
+        return [row[0] for row in found]
+
+
+def statuses(engine, ids: list[str]) -> dict[str, int]:
+    with engine.connect() as connection:
+        counted = connection.execute(
+            text("SELECT status, count(*) FROM messages WHERE id = ANY(CAST(:ids AS uuid[])) GROUP BY status"),
+            {"ids": ids},
+        )
+        return {status: count for status, count in counted}

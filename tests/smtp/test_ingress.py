@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.smtp.handler import SIGNED_OUT
 from providers.base import Outbound
 from providers.log import LogProvider
 from tests.conftest import ADMIN_KEY, create_project
@@ -158,6 +159,36 @@ def test_an_unknown_or_revoked_key_is_535(smtp, project, key):
     assert refused.value.smtp_code == 535
 
 
+def test_a_key_revoked_mid_session_has_its_next_message_refused_and_nothing_written(smtp, project, engine):
+    """As an event stream ends at its next heartbeat, a login ends at its next message; the
+    client may log in again on the same connection with a key that holds."""
+    other = project.call("POST", f"/v1/admin/projects/{project.id}/keys", {"name": "spare"}, key=ADMIN_KEY)
+    with smtp.login(project.live_key) as connection:
+        assert connection.sendmail("billing@app.example", ["a@example.com"], mail().as_bytes()) == {}
+        revoked = project.call("DELETE", f"/v1/admin/projects/{project.id}/keys/{project.live_key_id}", key=ADMIN_KEY)
+        assert revoked.status_code == 204
+        with pytest.raises(smtplib.SMTPSenderRefused) as refused:
+            connection.sendmail("billing@app.example", ["b@example.com"], mail().as_bytes())
+        assert (refused.value.smtp_code, refused.value.smtp_error) == (530, SIGNED_OUT.encode()[4:])
+        connection.rset()
+        assert connection.login("any-name", other.get_json()["key"])[0] == 235
+        assert connection.sendmail("billing@app.example", ["c@example.com"], mail().as_bytes()) == {}
+    with engine.connect() as db:
+        found = db.execute(text("SELECT to_address FROM messages WHERE project_id = :p"), {"p": project.id})
+        assert sorted(row.to_address for row in found) == ["a@example.com", "c@example.com"]
+
+
+def test_a_key_revoked_between_mail_and_data_stores_nothing(smtp, project, engine):
+    with smtp.login(project.live_key) as connection:
+        connection.ehlo()
+        assert connection.mail("billing@app.example")[0] == 250
+        assert connection.rcpt("a@example.com")[0] == 250
+        project.call("DELETE", f"/v1/admin/projects/{project.id}/keys/{project.live_key_id}", key=ADMIN_KEY)
+        assert connection.data(mail().as_bytes(policy=SMTP_POLICY))[0] == 530
+    with engine.connect() as db:
+        assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": project.id}) == 0
+
+
 def test_nothing_before_tls_and_nothing_before_auth(smtp, project):
     with smtplib.SMTP("127.0.0.1", smtp.port, timeout=10) as connection:
         connection.ehlo()
@@ -299,6 +330,29 @@ def test_a_message_over_the_daily_quota_is_451_for_every_recipient(smtp, client,
     assert reply.endswith(" seconds")
     with engine.connect() as db:
         assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": limited.id}) == 2
+
+
+def test_a_test_keys_storage_is_451_once_full_and_552_for_a_message_larger_than_a_day(smtp, client, engine):
+    """PDF's base64 is about 2,750 bytes: one such message fits 4,000 a day, a second does
+    not today, and one with two PDFs never does."""
+    bounded = create_project(client, settings={"daily_storage_bytes": {"test": 4000}})
+    message = mail()
+    message.add_attachment(PDF, maintype="application", subtype="pdf", filename="invoice.pdf")
+    twice = mail()
+    for name in ("a.pdf", "b.pdf"):
+        twice.add_attachment(PDF, maintype="application", subtype="pdf", filename=name)
+    with smtp.login(bounded.test_key) as connection:
+        connection.sendmail("billing@app.example", ["a@example.com"], message.as_bytes(policy=SMTP_POLICY))
+        with pytest.raises(smtplib.SMTPDataError) as full:
+            connection.sendmail("billing@app.example", ["b@example.com"], message.as_bytes(policy=SMTP_POLICY))
+        with pytest.raises(smtplib.SMTPDataError) as too_large:
+            connection.sendmail("billing@app.example", ["c@example.com"], twice.as_bytes(policy=SMTP_POLICY))
+    assert full.value.smtp_code == 451
+    assert full.value.smtp_error.decode().startswith("4.7.1 The project's test keys may store 4000 bytes")
+    assert too_large.value.smtp_code == 552
+    assert too_large.value.smtp_error.decode().startswith("5.3.4 This send stores ")
+    with engine.connect() as db:
+        assert db.scalar(text("SELECT count(*) FROM messages WHERE project_id = :p"), {"p": bounded.id}) == 1
 
 
 def test_a_project_without_email_is_550(smtp, client):
