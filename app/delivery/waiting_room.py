@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from app.config import MAX_COUNTDOWN, current_settings
+from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
 from app.delivery.queues import deliver_queue
 from app.redis_client import redis_for
@@ -94,12 +95,16 @@ def release_more(client: redis.Redis, provider: str, priority: str) -> None:
 
 
 def release_now(client: redis.Redis, provider: str, priorities: Sequence[str]) -> None:
-    """Wake `provider`'s lanes now (an operator resumed it): their ids need not wait out the
-    countdown the pause gave them."""
+    """Wake `provider`'s lanes now (an operator resumed it): their ids, in the waiting room
+    or waiting their projects' turn (app/delivery/fairness.py), need not wait out the
+    countdown the pause gave them. A token more than the chunks need finds nothing."""
     for priority in priorities:
-        if client.exists(waiting_list(deliver_queue(provider, priority))):
-            client.set(marker(deliver_queue(provider, priority)), "1", px=GRACE_MS)
+        lane = deliver_queue(provider, priority)
+        if client.exists(waiting_list(lane)):
+            client.set(marker(lane), "1", px=GRACE_MS)
             release_token(provider, priority).apply_async()
+        for _ in range(fairness.waiting(client, lane)):
+            dispatch.deliver_token(provider, priority).apply_async()
 
 
 def release_token(provider: str, priority: str):

@@ -62,5 +62,5 @@ def accept_mail(
             session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
         )
         ids = [str(row.id) for row in inserted]
-    coalescer.prepare_soon(ids, mail.priority)
+    coalescer.prepare_soon(ids, mail.priority, project=caller.project_id)
     return ids

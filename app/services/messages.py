@@ -77,7 +77,7 @@ def accept(
             return _replay(session, caller, idempotency_key, raw_body, copies)
         limits = admission.admit(session, caller, data["channel"], len(inserted), written=True)
     if status is MessageStatus.ACCEPTED:
-        coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"])
+        coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"], project=caller.project_id)
     body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}
     if copies:
         body["copies"] = copies_answer(copies, {r.to_address: str(r.id) for r in inserted if r is not row})
