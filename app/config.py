@@ -99,6 +99,9 @@ class Settings:
     daily_quotas: Mapping[Channel, int] = field(default_factory=dict)
     # Messages a minute a project's sends may carry, unless its settings say otherwise; None: no limit.
     messages_per_min: int | None = None
+    # Transactional messages a minute a project's sends may carry, unless its settings say
+    # otherwise; those above it are served as bulk (app/services/intake.py). None: no limit.
+    transactional_per_min: int | None = None
     # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
     # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
     console_secure_cookie: bool = False
@@ -166,6 +169,7 @@ class Settings:
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,
             daily_quotas=_daily_quotas(env),
             messages_per_min=_optional_int(env, "RATE_LIMIT_MESSAGES_PER_MINUTE", None, minimum=1),
+            transactional_per_min=_optional_int(env, "TRANSACTIONAL_PER_MINUTE", None, minimum=1),
             console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
             console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,

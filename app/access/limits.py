@@ -21,14 +21,16 @@ class SendLimits:
     daily_quota: tuple[tuple[Channel, int], ...] = ()
     quota_timezone: str = "UTC"
     messages_per_min: int | None = None
+    transactional_per_min: int | None = None
 
     def quota_for(self, channel: Channel) -> int | None:
         return dict(self.daily_quota).get(channel)
 
 
 def send_limits(project_settings: Mapping[str, Any] | None, deployment: Settings) -> SendLimits:
-    """A project's settings name a quota per channel (null: none) and the message limit (null:
-    none); what they leave out is the deployment's (EMAIL_DAILY_QUOTA, …, RATE_LIMIT_MESSAGES_PER_MINUTE)."""
+    """A project's settings name a quota per channel (null: none), the message limit and the
+    transactional rate (null: none); what they leave out is the deployment's (EMAIL_DAILY_QUOTA,
+    …, RATE_LIMIT_MESSAGES_PER_MINUTE, TRANSACTIONAL_PER_MINUTE)."""
     own = project_settings or {}
     quotas: dict[Channel, int | None] = {**deployment.daily_quotas}
     quotas.update({Channel(name): quota for name, quota in (own.get("daily_quota") or {}).items()})
@@ -36,4 +38,5 @@ def send_limits(project_settings: Mapping[str, Any] | None, deployment: Settings
         daily_quota=tuple(sorted((channel, quota) for channel, quota in quotas.items() if quota is not None)),
         quota_timezone=own.get("quota_timezone") or "UTC",
         messages_per_min=own.get("messages_per_min", deployment.messages_per_min),
+        transactional_per_min=own.get("transactional_per_min", deployment.transactional_per_min),
     )
