@@ -89,10 +89,10 @@ def paced_turn(config: Settings, client: redis.Redis, provider: str, priority: s
         with session_scope(config.database_url) as session:
             kept = set(store.claimable(session, list(owners)))  # no grant for what a repeat finds done
         owners = {i: project for i, project in owners.items() if i in kept}
-    pacer.give_back(provider, grant_id, grant.granted, len(owners))
+    pacer.give_back(provider, grant_id, granted=grant.granted, used=len(owners))
     if grant.granted < size and (waiting := fairness.waiting(client, lane)):
         publish(dispatch.deliver_token(provider, priority, grant.wait_seconds + spread(waiting, rate, size)))
-        increment(client, "pacing_postponed", provider=provider)
+        increment(client, "pacing_postponed", size - grant.granted, provider=provider)  # what it asked for and waits
     return owners
 
 

@@ -83,7 +83,7 @@ class ProviderPacer:
         )
         return Grant(int(granted), int(wait_ms) / 1000)
 
-    def give_back(self, provider: str, grant_id: str, granted: int, used: int) -> None:
+    def give_back(self, provider: str, grant_id: str, *, granted: int, used: int) -> None:
         """Return what a grant took and will not send (rows a repeat found sent, a lane that
         had fewer waiting), so the window's room goes to whoever asks next."""
         if used < granted:
