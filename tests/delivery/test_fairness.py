@@ -15,9 +15,10 @@ import redis
 from sqlalchemy import text
 
 from app.delivery import dispatch, fairness
+from app.delivery.broker import celery_app
 from app.delivery.queues import deliver_queue
 from tasks.celery_app import configure
-from tasks.deliver import deliver_next
+from tasks.deliver import deliver_next, paced_turn
 from tests.conftest import bearer, create_project, email
 from tests.faults.stack import insert_accepted, new_project, ready_messages
 from tests.waiting import wait_until
@@ -120,6 +121,29 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
     assert len(calls) == 2
     assert calls[0] <= set(flooded) and len(calls[0]) == size
     assert set(waiting) <= calls[1]  # the other project's turn came with the next grant
+
+
+def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settings):
+    """The pace is asked before ids are taken, so what a token takes is what it sends: had it
+    taken a whole chunk's worth of turns first, the other project's ids taken behind the
+    flood's would go back ungranted, and lose their turn, grant after grant. `postmark` is a
+    lane no worker consumes: the tokens the pace puts off stay in the broker until purged."""
+    client = redis.Redis.from_url(settings.redis_url)
+    lane = deliver_queue("postmark", "transactional")
+    client.delete("tidings:pace:postmark", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    flood, other = new_project(engine), new_project(engine)
+    flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
+    fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
+    try:
+        granted = [paced_turn(settings, client, "postmark", "transactional", rate) for rate in (150, 300)]
+    finally:
+        with celery_app.connection_for_write() as connection:
+            connection.default_channel.queue_purge(lane)
+        client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+        cancel_the_rest(engine, flood)
+        cancel_the_rest(engine, other)
+    assert list(granted[0]) == flooded[:150]
+    assert list(granted[1]) == waiting + flooded[150:298]  # the other project's turn, then the flood's
 
 
 def ready_for(engine, project_id: str, count: int, provider: str) -> list[str]:
