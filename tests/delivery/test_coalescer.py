@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -60,8 +61,14 @@ def tasks_run() -> Iterator[list[Started]]:
         task_prerun.disconnect(record)
 
 
-def of(started: list[Started], task: str) -> list[Started]:
-    return [one for one in started if one.task == task]
+def carrying(started: list[Started], task: str, tag: str) -> list[Started]:
+    """The `task` tokens that carried sends of requests whose ids start with `tag`: tokens of
+    other tests' leftovers may run meanwhile, and a token carries no ids to tell them apart."""
+
+    def requests(one: Started) -> list[str]:
+        return [one.request_id] if isinstance(one.request_id, str) else list(one.request_id or [])
+
+    return [one for one in started if one.task == task and any(r.startswith(tag) for r in requests(one))]
 
 
 def coalesced(client) -> dict[str, float]:
@@ -77,12 +84,18 @@ def test_concurrent_sends_share_prepare_tasks_and_all_arrive(client, live_api, p
     before = coalesced(client)
 
     linger = client.application.extensions["tidings"].settings.prepare_linger
+    tag = uuid.uuid4().hex
 
-    def send_many(_: int) -> list[str]:
+    def send_many(sender: int) -> list[str]:
         with requests.Session() as http:
             answers = [
-                http.post(f"{live_api}/v1/messages", json=email(), headers=bearer(project.live_key), timeout=30)
-                for _ in range(SENDS // CLIENTS)
+                http.post(
+                    f"{live_api}/v1/messages",
+                    json=email(),
+                    headers={**bearer(project.live_key), "X-Request-ID": f"{tag}-{sender}-{n}"},
+                    timeout=30,
+                )
+                for n in range(SENDS // CLIENTS)
             ]
         return [answer.json()["id"] for answer in answers]
 
@@ -94,7 +107,7 @@ def test_concurrent_sends_share_prepare_tasks_and_all_arrive(client, live_api, p
     assert len(set(ids)) == SENDS
     assert set(seen.values()) == {"sent"}
     assert all(fake_provider.count(i) == 1 for i in ids)
-    prepares, delivers = of(started, PREPARE), of(started, DELIVER)
+    prepares, delivers = carrying(started, PREPARE, tag), carrying(started, DELIVER, tag)
     # One publish at once, then at most one per linger while the burst lasts, and one after it.
     assert len(prepares) <= elapsed / linger + 2
     # A token per provider batch of what each prepare readied: at most one short one each.
@@ -128,11 +141,12 @@ def test_a_full_buffer_is_published_without_waiting_for_the_linger(client, engin
     first, *ids = insert_accepted(engine, project, 6, priority="transactional")
     coalescer = Coalescer(linger=LONG_LINGER, limit=5)
     start_the_linger(coalescer, engine, first, project)
+    tag = uuid.uuid4().hex
     with tasks_run() as started:
-        coalescer.add(ids[:2], "transactional", project=project)
-        coalescer.add(ids[2:], "transactional", project=project)
+        coalescer.add(ids[:2], "transactional", tag, project=project)
+        coalescer.add(ids[2:], "transactional", tag, project=project)
         assert set(wait_until_terminal(engine, ids, timeout=20).values()) == {"sent"}
-    assert [task.queue for task in of(started, PREPARE)] == ["prepare.transactional"]
+    assert [task.queue for task in carrying(started, PREPARE, tag)] == ["prepare.transactional"]
 
 
 def test_ids_of_each_priority_go_to_their_own_lane(client, engine):
@@ -141,13 +155,15 @@ def test_ids_of_each_priority_go_to_their_own_lane(client, engine):
     bulk = insert_accepted(engine, project, 2, priority="bulk")
     coalescer = Coalescer(linger=LONG_LINGER)
     start_the_linger(coalescer, engine, first, project)
+    tag = uuid.uuid4().hex
     with tasks_run() as started:
-        coalescer.add(urgent[:1], "transactional", project=project)
-        coalescer.add(bulk, "bulk", project=project)
-        coalescer.add(urgent[1:], "transactional", project=project)
+        coalescer.add(urgent[:1], "transactional", tag, project=project)
+        coalescer.add(bulk, "bulk", tag, project=project)
+        coalescer.add(urgent[1:], "transactional", tag, project=project)
         coalescer.flush()
         assert set(wait_until_terminal(engine, urgent + bulk, timeout=20).values()) == {"sent"}
-    assert sorted(task.queue for task in of(started, PREPARE)) == ["prepare.bulk", "prepare.transactional"]
+    queues = sorted(task.queue for task in carrying(started, PREPARE, tag))
+    assert queues == ["prepare.bulk", "prepare.transactional"]
 
 
 def test_adding_from_many_threads_loses_no_id(client, engine):
@@ -172,16 +188,17 @@ def test_a_task_carries_the_request_ids_of_the_sends_it_holds(client, engine):
     first, *ids = insert_accepted(engine, project, 4, priority="transactional")
     coalescer = Coalescer(linger=LONG_LINGER)
     start_the_linger(coalescer, engine, first, project)
+    tag = uuid.uuid4().hex
     with tasks_run() as started:
-        coalescer.add(ids[:1], "transactional", "req-b", project=project)
-        coalescer.add(ids[1:2], "transactional", "req-a", project=project)
+        coalescer.add(ids[:1], "transactional", f"{tag}-b", project=project)
+        coalescer.add(ids[1:2], "transactional", f"{tag}-a", project=project)
         coalescer.add(ids[2:], "transactional", None, project=project)  # the CLI sends with no request
         coalescer.flush()
         assert set(wait_until_terminal(engine, ids, timeout=20).values()) == {"sent"}
-    (prepare,) = of(started, PREPARE)
-    (deliver,) = of(started, DELIVER)
-    # Logs of both tasks carry both requests: a grep for either finds them.
-    assert prepare.request_id == deliver.request_id == ["req-a", "req-b"]
+    (prepare,) = carrying(started, PREPARE, tag)
+    (deliver,) = carrying(started, DELIVER, tag)
+    # Logs of both tokens carry both requests: a grep for either finds them.
+    assert prepare.request_id == deliver.request_id == [f"{tag}-a", f"{tag}-b"]
 
 
 def test_a_command_that_exits_right_after_sending_publishes_on_its_way_out(migrated, project):
