@@ -1,7 +1,9 @@
 """Messages put off by a provider's pause or pace wait together, and leave together.
 
 A pause (a 429's Retry-After, an operator's hand) puts off every deliver task that comes
-for its provider while it lasts, and single sends come one or a few per task. Had each
+for its provider while it lasts. Ids taken in their projects' turn go back to it
+(app/delivery/fairness.py); the others (retries, failover, a run after a death) come one
+or a few per task. Had each
 gone back to the broker with its own countdown, all of them would wake when the pause
 ends and leave as one provider call each: hundreds of calls within a second, inviting
 the next 429. Instead their ids wait on their lane's list in Redis, and one release token
