@@ -116,11 +116,11 @@ def publish_prepares(waiting: dict[str, dict[str, dict[str, str | None]]]) -> No
     tally = Tally()
     for done, (priority, fair) in enumerate(published):
         if not publish(fair):
-            left = sum(later.ids for _, later in published[done:])
+            left = sum(later.messages for _, later in published[done:])
             logger.warning("no prepare task for %d accepted messages; the sweeper will dispatch them", left)
             break
-        tally.count("coalesced_tasks", -(-fair.ids // fair.size), priority=priority)
-        tally.count("coalesced_messages", fair.ids, priority=priority)
+        tally.count("coalesced_tasks", fair.tokens, priority=priority)
+        tally.count("coalesced_messages", fair.messages, priority=priority)
     tally.flush(redis_for(current_settings().redis_url))
 
 

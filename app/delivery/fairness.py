@@ -172,12 +172,17 @@ class FairChunks:
         self.task = token.task
 
     @property
-    def ids(self) -> int:
+    def messages(self) -> int:
         return sum(len(chunk) for _, chunk in self.pieces)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens enough to take every chunk, spares aside."""
+        return -(-self.messages // self.size)
 
     def apply_async(self, **options: Any) -> None:
         client = redis_for(current_settings().redis_url)
-        tokens = -(-self.ids // self.size)
+        tokens = self.tokens
         if self.spare:
             tokens += sum(client.llen(lists(self.lane) + project) for project in {p for p, _ in self.pieces})
         (give_back if self.ahead else deposit)(client, self.lane, self.pieces)

@@ -88,7 +88,7 @@ def test_a_project_alone_gets_the_whole_token(ring):
 def test_the_sends_of_many_projects_share_one_token(settings):
     """A flush of single sends from many projects is one prepare task, as before they took turns."""
     (published,) = dispatch.prepare_in_turn({f"p{n}": [f"id{n}"] for n in range(50)}, "transactional")
-    assert (published.ids, published.size, published.task) == (50, dispatch.CHUNK, "tidings.prepare_next")
+    assert (published.messages, published.tokens, published.task) == (50, 1, "tidings.prepare_next")
 
 
 def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings, backup_provider):
