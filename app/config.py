@@ -109,6 +109,9 @@ class Settings:
     # per day unless its settings say otherwise (settings.daily_storage_bytes); None: no bound.
     daily_storage_bytes: int | None = DEFAULT_DAILY_STORAGE_BYTES
     test_daily_storage_bytes: int | None = DEFAULT_TEST_DAILY_STORAGE_BYTES
+    # Transactional messages a minute a project's sends may carry, unless its settings say
+    # otherwise; those above it are served as bulk (app/services/intake.py). None: no limit.
+    transactional_per_min: int | None = None
     # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
     # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
     console_secure_cookie: bool = False
@@ -185,6 +188,7 @@ class Settings:
             test_daily_storage_bytes=_optional_int(
                 env, "TEST_DAILY_STORAGE_BYTES", DEFAULT_TEST_DAILY_STORAGE_BYTES, minimum=0
             ),
+            transactional_per_min=_optional_int(env, "TRANSACTIONAL_PER_MINUTE", None, minimum=1),
             console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
             console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,

@@ -73,6 +73,8 @@ class EventType(StrEnum):
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
+    # A transactional message above its project's transactional rate, served as bulk; its data says why.
+    DEMOTED = "demoted"
     UNKNOWN = "unknown"
     # A project-level event: an outbound webhook endpoint was switched off (410, or failing for days).
     WEBHOOK_DISABLED = "webhook_disabled"

@@ -55,36 +55,45 @@ def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONA
 
 @celery_app.task(name="tidings.deliver_next")
 def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
-    """Deliver the bulk chunk whose project's turn it is (app/delivery/fairness.py).
+    """Deliver the ids whose projects' turn it is (app/delivery/fairness.py).
 
-    What the provider's pace does not admit goes back to the head of its project's list,
-    and this token tries again later (`spread`): a campaign's thousand tokens do not all
-    wake every second. Whichever token wakes takes the chunk whose turn it is. Only rows
-    still to send ask the pace for room: the sweeper dispatches rows that wait their turn
-    long again, and a repeat must not spend the provider's rate on rows already sent.
+    On a paced provider the pace is asked first and only what it grants is taken, in turn,
+    so projects waiting on it share its grants in turn; a token granted too little tries
+    again later (`spread`): a campaign's thousand tokens do not all wake every second.
+    Only rows still to send keep the pace's room: the sweeper dispatches rows that wait
+    their turn long again, and a repeat must not spend the provider's rate on rows already sent.
     """
     config = current_settings()
     client = redis_for(config.redis_url)
-    lane = deliver_queue(provider, priority)
-    taken = fairness.withdraw(client, lane)
-    if taken is None:
-        return
-    project, ids = taken
     rate = config.rates.get(provider)
-    if rate is not None:
+    if rate is None:
+        owners = fairness.owners(
+            fairness.withdraw(client, deliver_queue(provider, priority), dispatch.deliver_chunk(provider))
+        )
+    else:
+        owners = paced_turn(config, client, provider, priority, rate)
+    if owners:
+        deliver_batch(config, provider, list(owners), priority, owners, pace=False)
+
+
+def paced_turn(config: Settings, client: redis.Redis, provider: str, priority: str, rate: float) -> dict[str, str]:
+    """The ids (→ project) the pace grants this token, taken in turn only once granted, so a
+    project whose turn comes is never passed over for the pace; what a grant does not use
+    goes back to the pace. A token granted less than a chunk comes back when the pace has
+    room while its lane holds more."""
+    lane, size, grant_id = deliver_queue(provider, priority), dispatch.deliver_chunk(provider), uuid.uuid4().hex
+    pacer = ProviderPacer(client)
+    grant = pacer.acquire(provider, rate, size, grant_id)
+    owners = fairness.owners(fairness.withdraw(client, lane, grant.granted)) if grant.granted else {}
+    if owners:
         with session_scope(config.database_url) as session:
-            ids = store.claimable(session, ids)  # no grant for what a repeat of the chunk finds done
-        if not ids:
-            return
-        grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
-        if grant.granted < len(ids):
-            rest = ids[grant.granted :]
-            wait = grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids))
-            postpone(config, provider, priority, rest, wait, project)  # first of its project's turn again
-            increment(client, "pacing_postponed", len(rest), provider=provider)
-        ids = ids[: grant.granted]
-    if ids:
-        deliver_batch(config, provider, ids, priority, project, pace=False)
+            kept = set(store.claimable(session, list(owners)))  # no grant for what a repeat finds done
+        owners = {i: project for i, project in owners.items() if i in kept}
+    pacer.give_back(provider, grant_id, granted=grant.granted, used=len(owners))
+    if grant.granted < size and (waiting := fairness.waiting(client, lane)):
+        publish(dispatch.deliver_token(provider, priority, grant.wait_seconds + spread(waiting, rate, size)))
+        increment(client, "pacing_postponed", size - grant.granted, provider=provider)  # what it asked for and waits
+    return owners
 
 
 @celery_app.task(name="tidings.deliver_waiting")
@@ -110,14 +119,19 @@ def spread(waiting: int, rate: float, chunk: int) -> float:
 
 
 def deliver_batch(
-    config: Settings, provider: str, ids: list[str], priority: str, project: str | None = None, pace: bool = True
+    config: Settings,
+    provider: str,
+    ids: list[str],
+    priority: str,
+    owners: Mapping[str, str] | None = None,
+    pace: bool = True,
 ) -> None:
     """One batch, however it came; `pace` unless the provider's pace was taken for it. A
-    pause puts it off, back to `project`'s turn where it has one."""
+    pause puts it off, back to its projects' turn where it has `owners` (id → project)."""
     client = redis_for(config.redis_url)
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:
-        postpone(config, provider, priority, ids, paused_for, project)
+        postpone(config, provider, priority, ids, paused_for, owners)
         increment(client, "pause_postponed", len(ids), provider=provider)
         return
     admitted = failover.admit(config, client, provider, priority, ids)
@@ -261,18 +275,26 @@ def one_per_task(provider: str, priority: str, ids: Sequence[str]) -> None:
 
 
 def postpone(
-    config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float, project: str | None = None
+    config: Settings,
+    provider: str,
+    priority: str,
+    ids: Sequence[str],
+    wait: float,
+    owners: Mapping[str, str] | None = None,
 ) -> None:
     """Send `ids` again after `wait`, and tell the sweeper not to expect them sooner: first
-    in `project`'s turn where they have one, else in their lane's waiting room, to leave
-    with whatever else waited there in provider-sized batches."""
+    in their projects' turn where they have `owners` (id → project), else in their lane's
+    waiting room, to leave with whatever else waited there in provider-sized batches."""
     countdown = min(max(wait, 0.05), MAX_COUNTDOWN)
     with session_scope(config.database_url) as session:
         store.expect_ready_by(session, ids, countdown)
-        if project is None:
+        if owners is None:
             enqueue_after_commit(session, waiting_room.WaitingIds(provider, priority, ids, countdown))
         else:
-            for signature in dispatch.deliver(provider, priority, ids, countdown, project=project):
+            by_project: dict[str, list[str]] = {}
+            for message_id in ids:
+                by_project.setdefault(owners[message_id], []).append(message_id)
+            for signature in dispatch.deliver_in_turn(provider, priority, by_project, countdown):
                 enqueue_after_commit(session, signature)
 
 

@@ -63,11 +63,10 @@ def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
 
 @celery_app.task(name="tidings.prepare_next")
 def prepare_next(priority: str = Priority.BULK) -> None:
-    """Prepare the bulk chunk whose project's turn it is (app/delivery/fairness.py)."""
+    """Prepare the ids whose projects' turn it is (app/delivery/fairness.py)."""
     config = current_settings()
-    taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
-    if taken is not None:
-        prepare_chunk(config, taken[1], priority)
+    taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority), dispatch.CHUNK)
+    prepare_chunk(config, list(fairness.owners(taken)), priority)
 
 
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:

@@ -24,6 +24,7 @@ class SendLimits:
     # Bytes a day the sends of live keys, and of test keys, may store.
     storage_bytes: int | None = None
     test_storage_bytes: int | None = None
+    transactional_per_min: int | None = None
 
     def quota_for(self, channel: Channel) -> int | None:
         return dict(self.daily_quota).get(channel)
@@ -33,10 +34,10 @@ class SendLimits:
 
 
 def send_limits(project_settings: Mapping[str, Any] | None, deployment: Settings) -> SendLimits:
-    """A project's settings name a quota per channel (null: none), the message limit (null:
-    none) and the daily storage of each key kind (null: none); what they leave out is the
-    deployment's (EMAIL_DAILY_QUOTA, …, RATE_LIMIT_MESSAGES_PER_MINUTE, DAILY_STORAGE_BYTES,
-    TEST_DAILY_STORAGE_BYTES)."""
+    """A project's settings name a quota per channel (null: none), the message limit and the
+    transactional rate (null: none) and the daily storage of each key kind (null: none); what
+    they leave out is the deployment's (EMAIL_DAILY_QUOTA, …, RATE_LIMIT_MESSAGES_PER_MINUTE,
+    TRANSACTIONAL_PER_MINUTE, DAILY_STORAGE_BYTES, TEST_DAILY_STORAGE_BYTES)."""
     own = project_settings or {}
     storage = own.get("daily_storage_bytes") or {}
     quotas: dict[Channel, int | None] = {**deployment.daily_quotas}
@@ -47,4 +48,5 @@ def send_limits(project_settings: Mapping[str, Any] | None, deployment: Settings
         messages_per_min=own.get("messages_per_min", deployment.messages_per_min),
         storage_bytes=storage.get("live", deployment.daily_storage_bytes),
         test_storage_bytes=storage.get("test", deployment.test_daily_storage_bytes),
+        transactional_per_min=own.get("transactional_per_min", deployment.transactional_per_min),
     )

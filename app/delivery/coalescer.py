@@ -3,9 +3,11 @@
 A Celery worker's main process handles about 1,300 tasks a second whatever a task carries,
 so a single send that cost a prepare task of its own (and then a deliver task) capped the
 pipeline near 600 sends a second. Instead, once its row is committed, a send's id is handed
-to this process's coalescer, and a background thread publishes everything gathered as one
-prepare task per priority (in chunks of `dispatch.CHUNK`); prepare then sends each
-provider's share on as one deliver task.
+to this process's coalescer, and a background thread publishes everything gathered per
+priority as each project's chunk, to wait its project's turn in the lane
+(app/delivery/fairness.py), and one prepare token per `dispatch.CHUNK` ids: a token takes
+the ids of many projects in turn, so a flush still costs one task however many projects
+sent, and a project flooding a lane does not hold another's sends behind it.
 
 When it publishes: at once if nothing was published during the last linger
 (`PREPARE_LINGER_MS`), so a lone send on a quiet system waits for nothing; otherwise when
@@ -38,11 +40,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-from celery.canvas import Signature
-
 from app.config import current_settings
 from app.db import publish
 from app.delivery import dispatch
+from app.delivery.fairness import FairChunks
 from app.observability import logs
 from app.observability.counters import Tally
 from app.redis_client import redis_for
@@ -51,13 +52,13 @@ logger = logging.getLogger(__name__)
 
 
 class Coalescer:
-    """Message ids waiting for a prepare task, by priority, and the thread that publishes them."""
+    """Message ids waiting for a prepare task, by priority and project, and the thread that publishes them."""
 
     def __init__(self, linger: float, limit: int = dispatch.CHUNK):
         self.linger = linger
         self.limit = limit
-        # priority → message id → the request that sent it
-        self._waiting: dict[str, dict[str, str | None]] = {}
+        # priority → project → message id → the request that sent it
+        self._waiting: dict[str, dict[str, dict[str, str | None]]] = {}
         self._count = 0
         self._published_at = -math.inf
         self._changed = threading.Condition()
@@ -65,13 +66,14 @@ class Coalescer:
         self._publishing = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, ids: Sequence[str], priority: str, request_id: str | None = None) -> None:
-        """Queue committed `accepted` messages for a prepare task; returns at once."""
+    def add(self, ids: Sequence[str], priority: str, request_id: str | None = None, *, project: str) -> None:
+        """Queue committed `accepted` messages of `project` for a prepare task; returns at once."""
         if not ids:
             return
         with self._changed:
             woke_empty = self._count == 0
-            self._waiting.setdefault(str(priority), {}).update(dict.fromkeys(map(str, ids), request_id))
+            mine = self._waiting.setdefault(str(priority), {}).setdefault(project, {})
+            mine.update(dict.fromkeys(map(str, ids), request_id))
             self._count += len(ids)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tidings-coalescer", daemon=True)
@@ -99,48 +101,51 @@ class Coalescer:
             self.flush()
 
 
-def publish_prepares(waiting: dict[str, dict[str, str | None]]) -> None:
-    """One prepare task per priority and chunk, with its sends' request ids; counted, so
-    /metrics shows sends per task.
+def publish_prepares(waiting: dict[str, dict[str, dict[str, str | None]]]) -> None:
+    """Each priority's chunks and tokens, the tokens with their sends' request ids; counted,
+    so /metrics shows sends per task.
 
-    After the first task the broker refuses, the rest are not tried: each try may take the
-    broker's connect timeout, and ids arriving meanwhile would pile up behind them.
+    After the first publish the broker or Redis refuses, the rest are not tried: each try
+    may take a connect timeout, and ids arriving meanwhile would pile up behind them.
     """
-    signatures = [
-        (priority, with_request_ids(signature, request_of))
-        for priority, request_of in waiting.items()
-        for signature in dispatch.prepare(list(request_of), priority)
+    published = [
+        (priority, with_request_ids(fair, by_project))
+        for priority, by_project in waiting.items()
+        for fair in dispatch.prepare_in_turn({project: list(sent) for project, sent in by_project.items()}, priority)
     ]
     tally = Tally()
-    for done, (priority, signature) in enumerate(signatures):
-        if not publish(signature):
-            left = sum(len(later.args[0]) for _, later in signatures[done:])
+    for done, (priority, fair) in enumerate(published):
+        if not publish(fair):
+            left = sum(later.messages for _, later in published[done:])
             logger.warning("no prepare task for %d accepted messages; the sweeper will dispatch them", left)
             break
-        tally.count("coalesced_tasks", priority=priority)
-        tally.count("coalesced_messages", len(signature.args[0]), priority=priority)
+        tally.count("coalesced_tasks", fair.tokens, priority=priority)
+        tally.count("coalesced_messages", fair.messages, priority=priority)
     tally.flush(redis_for(current_settings().redis_url))
 
 
-def with_request_ids(signature: Signature, request_of: dict[str, str | None]) -> Signature:
-    requests = sorted({request_of[i] for i in signature.args[0]} - {None})
+def with_request_ids(fair: FairChunks, by_project: dict[str, dict[str, str | None]]) -> FairChunks:
+    """The flush's request ids on its tokens: a token takes ids of several sends, so a grep
+    for any of them finds the prepare and deliver lines of its message."""
+    requests = sorted({request for sent in by_project.values() for request in sent.values()} - {None})
     if requests:
-        signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
-    return signature
+        fair.token.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
+    return fair
 
 
 _lock = threading.Lock()
 _coalescer: Coalescer | None = None
 
 
-def prepare_soon(ids: Sequence[str], priority: str) -> None:
-    """Hand committed `accepted` messages to this process's coalescer (after the commit, never in it)."""
+def prepare_soon(ids: Sequence[str], priority: str, *, project: str) -> None:
+    """Hand committed `accepted` messages of `project` to this process's coalescer (after the
+    commit, never in it)."""
     global _coalescer
     with _lock:
         if _coalescer is None:
             _coalescer = Coalescer(current_settings().prepare_linger)
         coalescer = _coalescer
-    coalescer.add(ids, priority, logs.current().get("request_id"))
+    coalescer.add(ids, priority, logs.current().get("request_id"), project=project)
 
 
 def flush() -> None:

@@ -6,7 +6,7 @@ Callers name tasks through these functions only, so the routing rules live in on
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from celery.canvas import Signature
 
@@ -29,14 +29,22 @@ MIN_DELIVER_CHUNK = 50
 def prepare(
     ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None, spare: bool = False
 ) -> list[Publishable]:
-    """Prepare tasks for `ids`; a project's bulk ones wait their project's turn (app/delivery/fairness.py),
-    with `spare` tokens where the sweeper queues them again for a dead worker (FairChunks)."""
-    chunks = _chunks(ids, size)
+    """Prepare tasks for `ids`; those of a `project` wait its turn in their lane, bulk or
+    transactional (app/delivery/fairness.py), with `spare` tokens where the sweeper queues
+    them again for a dead worker (FairChunks)."""
+    if project is not None:
+        return [*prepare_in_turn({project: ids}, priority, spare=spare)]
     queue = prepare_queue(priority)
-    if project is not None and priority == Priority.BULK:
-        token = celery_app.signature("tidings.prepare_next", args=(priority,), queue=queue)
-        return _in_turn(project, queue, token, chunks, spare=spare)
-    return [celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in chunks]
+    return [
+        celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in _chunks(ids, size)
+    ]
+
+
+def prepare_in_turn(by_project: Mapping[str, Sequence[str]], priority: str, *, spare: bool = False) -> list[FairChunks]:
+    """Prepare tokens for several projects' ids, each project's to wait its turn in the lane."""
+    queue = prepare_queue(priority)
+    token = celery_app.signature("tidings.prepare_next", args=(priority,), queue=queue)
+    return _in_turn(queue, token, by_project, CHUNK, spare=spare)
 
 
 def fan_out(batch_id: str, priority: str) -> Signature:
@@ -74,19 +82,27 @@ def deliver(
     project: str | None = None,
     spare: bool = False,
 ) -> list[Publishable]:
-    """Deliver tasks for `ids`; a project's bulk ones wait their project's turn, and those
-    put off by `countdown` (a provider's pace or pause) go first when that turn comes;
-    `spare` as for `prepare`."""
+    """Deliver tasks for `ids`; a project's wait their project's turn, and those put off by
+    `countdown` (a provider's pace or pause) go first when that turn comes; `spare` as for
+    `prepare`."""
+    if project is not None:
+        return [*deliver_in_turn(provider, priority, {project: ids}, countdown, spare=spare)]
     options = {"countdown": countdown} if countdown > 0 else {}
-    chunks = _chunks(ids, size or deliver_chunk(provider))
     queue = deliver_queue(provider, priority)
-    if project is not None and priority == Priority.BULK:
-        token = deliver_token(provider, priority, countdown)
-        return _in_turn(project, queue, token, chunks, ahead=bool(options), spare=spare)
     return [
         celery_app.signature("tidings.deliver", args=(provider, chunk, priority), queue=queue, **options)
-        for chunk in chunks
+        for chunk in _chunks(ids, size or deliver_chunk(provider))
     ]
+
+
+def deliver_in_turn(
+    provider: str, priority: str, by_project: Mapping[str, Sequence[str]], countdown: float = 0, *, spare: bool = False
+) -> list[FairChunks]:
+    """Deliver tokens for several projects' ids of one lane, each project's to wait its turn;
+    put off by `countdown`, they go first of their project's when its turn comes."""
+    token = deliver_token(provider, priority, countdown)
+    size = deliver_chunk(provider)
+    return _in_turn(deliver_queue(provider, priority), token, by_project, size, ahead=countdown > 0, spare=spare)
 
 
 def deliver_chunk(provider: str) -> int:
@@ -95,22 +111,22 @@ def deliver_chunk(provider: str) -> int:
 
 
 def deliver_token(provider: str, priority: str, countdown: float = 0) -> Signature:
-    """A token of a bulk deliver lane: it delivers the chunk whose project's turn it is."""
+    """A token of a deliver lane: it delivers the ids whose projects' turn it is."""
     options = {"countdown": countdown} if countdown > 0 else {}
     queue = deliver_queue(provider, priority)
     return celery_app.signature("tidings.deliver_next", args=(provider, priority), queue=queue, **options)
 
 
 def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]], spare: bool = False) -> list[Publishable]:
-    """Deliver tasks for (id, provider, priority, project) of many lanes: bulk ones per
-    project, each to wait its project's turn; the others per lane, many projects a batch."""
-    lanes: dict[tuple[str, str, str | None], list[str]] = defaultdict(list)
+    """Deliver tokens for (id, provider, priority, project) of many lanes: per lane, each
+    project's ids to wait its turn, the tokens shared."""
+    lanes: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for message_id, provider, priority, project in messages:
-        lanes[(provider, priority, project if priority == Priority.BULK else None)].append(message_id)
+        lanes[(provider, priority)][project].append(message_id)
     return [
         task
-        for (provider, priority, project), ids in lanes.items()
-        for task in deliver(provider, priority, ids, project=project, spare=spare)
+        for (provider, priority), by_project in lanes.items()
+        for task in deliver_in_turn(provider, priority, by_project, spare=spare)
     ]
 
 
@@ -138,9 +154,16 @@ def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signatur
 
 
 def _in_turn(
-    project: str, queue: str, token: Signature, chunks: list[list[str]], ahead: bool = False, spare: bool = False
-) -> list[Publishable]:
-    return [FairChunks(project, queue, token, chunks, ahead, spare)] if chunks else []
+    lane: str,
+    token: Signature,
+    by_project: Mapping[str, Sequence[str]],
+    size: int,
+    *,
+    ahead: bool = False,
+    spare: bool = False,
+) -> list[FairChunks]:
+    pieces = [(project, chunk) for project, ids in by_project.items() for chunk in _chunks(ids, size)]
+    return [FairChunks(lane, token, pieces, size=size, ahead=ahead, spare=spare)] if pieces else []
 
 
 def _chunks(ids: Sequence[str], size: int) -> list[list[str]]:

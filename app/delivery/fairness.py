@@ -1,16 +1,19 @@
-"""Bulk work taken in turn per project: one project's campaign never holds another's send behind it.
+"""Work taken in turn per project: one project's flood never holds another's sends behind it.
 
 A broker queue is first in, first out: a 500,000-message campaign queued as 1,000 tasks
-would make a 200-message bulk send of another project wait for all of them. Prepare is
-fast, so its lane would only make B wait seconds; a provider that allows 14 messages a
-second would make it wait ten hours in the deliver lane. So in both bulk lanes a chunk
-is not put in the broker: it goes on its project's list in Redis, the project joins the
-lane's ring of projects with work waiting, and the broker gets a token per chunk
-(`tidings.prepare_next`, `tidings.deliver_next`). A worker running a token takes the
-chunk of the project at the head of the ring, which goes to the back if it has more. The
-broker still says how much work there is and who may do it (lanes, priorities,
-prefetch); Redis says in which order. A deliver chunk the provider's pace did not admit
-whole goes back to the head of its project's list (`give_back`), behind the others' turn.
+would make a 200-message send of another project wait for all of them, and 4,000
+"transactional" messages of one project would hold another's password resets behind them.
+Prepare is fast, so its lane would only make B wait seconds; a provider that allows 14
+messages a second would make it wait ten hours in the deliver lane. So in every lane, bulk
+and transactional, a project's chunk is not put in the broker: it goes on its project's
+list in Redis, the project joins the lane's ring of projects with work waiting, and the
+broker gets tokens (`tidings.prepare_next`, `tidings.deliver_next`). A worker running a
+token takes up to a task's worth of ids from the projects in the ring in turn, a chunk each
+per round (work-conserving: a project alone gets the whole task, and the ids of many
+projects still share one task). The broker still says how much work there is and who may
+do it (lanes, priorities, prefetch); Redis says in which order. What the provider's pace
+did not admit goes back to the head of its project's list (`give_back`), behind the
+others' turn, so the projects waiting on a paced provider share its grants in turn.
 
 Nothing here is the truth: the ids are accepted or ready rows in PostgreSQL. A chunk lost
 with Redis, or whose worker died, is re-dispatched by the sweeper like any lost task; a
@@ -27,41 +30,64 @@ import redis
 from celery.canvas import Signature
 
 from app.config import current_settings
+from app.observability import logs
 from app.redis_client import redis_for
 
 PREFIX = "tidings:fair:"
 # Lists, rings and counts of a lane idle this long go; a busy lane refreshes them at every chunk.
 KEEP_SECONDS = 24 * 3600
 
-# KEYS: the ring, the lane's count of chunks. ARGV: prefix of the projects' lists, the project,
-# TTL, RPUSH (behind the project's other chunks) or LPUSH (ahead of them), then the chunks.
+# KEYS: the ring, the lane's count of chunks. ARGV: prefix of the projects' lists, TTL, RPUSH
+# (behind each project's other chunks) or LPUSH (ahead of them), then (project, chunk) pairs.
 _DEPOSIT = """
-local list = ARGV[1] .. ARGV[2]
-for i = 5, #ARGV do redis.call(ARGV[4], list, ARGV[i]) end
-redis.call('EXPIRE', list, ARGV[3])
-if redis.call('LPOS', KEYS[1], ARGV[2]) == false then redis.call('RPUSH', KEYS[1], ARGV[2]) end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('INCRBY', KEYS[2], #ARGV - 4)
-redis.call('EXPIRE', KEYS[2], ARGV[3])
+for i = 4, #ARGV, 2 do
+  local list = ARGV[1] .. ARGV[i]
+  redis.call(ARGV[3], list, ARGV[i + 1])
+  redis.call('EXPIRE', list, ARGV[2])
+  if redis.call('LPOS', KEYS[1], ARGV[i]) == false then redis.call('RPUSH', KEYS[1], ARGV[i]) end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('INCRBY', KEYS[2], (#ARGV - 3) / 2)
+redis.call('EXPIRE', KEYS[2], ARGV[2])
 """
-# KEYS: the ring, the lane's count of chunks. ARGV: prefix of the projects' lists, TTL. The head
-# and its next chunk; the head goes to the back while it has more, and leaves the ring when it
-# has none. A lane at work keeps its keys alive, however long a campaign takes.
+# KEYS: the ring, the lane's count of chunks. ARGV: prefix of the projects' lists, TTL, how many
+# ids to take. Round after round, the head of the ring gives its next chunk, or the part of it
+# that fits (the rest stays first of its list), and goes to the back while it has more; a
+# project with none leaves the ring. Ends when the ids are taken or no project has any; each
+# pass takes a chunk or drops a project, so it ends within size + the ring's length passes.
+# A lane at work keeps its keys alive, however long a campaign takes.
 _WITHDRAW = """
-for _ = 1, redis.call('LLEN', KEYS[1]) do
+local budget = tonumber(ARGV[3])
+local taken = {}
+for _ = 1, budget + redis.call('LLEN', KEYS[1]) do
+  if budget <= 0 then break end
   local project = redis.call('LPOP', KEYS[1])
-  local chunk = redis.call('LPOP', ARGV[1] .. project)
-  if chunk then
-    if redis.call('LLEN', ARGV[1] .. project) > 0 then
-      redis.call('RPUSH', KEYS[1], project)
-      redis.call('EXPIRE', ARGV[1] .. project, ARGV[2])
+  if not project then break end
+  local list = ARGV[1] .. project
+  local raw = redis.call('LPOP', list)
+  if raw then
+    local ids = cjson.decode(raw)
+    if #ids > budget then
+      local rest = {}
+      for i = budget + 1, #ids do rest[#rest + 1] = ids[i]; ids[i] = nil end
+      redis.call('LPUSH', list, cjson.encode(rest))
+    elseif redis.call('DECR', KEYS[2]) <= 0 then
+      redis.call('DEL', KEYS[2])
     end
-    if redis.call('DECR', KEYS[2]) <= 0 then redis.call('DEL', KEYS[2]) else redis.call('EXPIRE', KEYS[2], ARGV[2]) end
-    redis.call('EXPIRE', KEYS[1], ARGV[2])
-    return {project, chunk}
+    if #ids > 0 then
+      budget = budget - #ids
+      taken[#taken + 1] = project
+      taken[#taken + 1] = cjson.encode(ids)
+    end
+    if redis.call('LLEN', list) > 0 then
+      redis.call('RPUSH', KEYS[1], project)
+      redis.call('EXPIRE', list, ARGV[2])
+    end
   end
 end
-return false
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+return taken
 """
 
 
@@ -82,63 +108,83 @@ def waiting(client: redis.Redis, lane: str) -> int:
     return int(client.get(count(lane)) or 0)
 
 
-def deposit(client: redis.Redis, lane: str, project: str, chunks: Sequence[Sequence[str]]) -> None:
-    """Queue `project`'s chunks behind its earlier ones, and the project in the ring."""
-    _deposit(client, lane, project, chunks, "RPUSH")
+Pieces = Sequence[tuple[str, Sequence[str]]]
 
 
-def give_back(client: redis.Redis, lane: str, project: str, chunk: Sequence[str]) -> None:
-    """A withdrawn chunk that must wait: first of its project's when the project's turn comes again."""
-    _deposit(client, lane, project, [chunk], "LPUSH")
+def deposit(client: redis.Redis, lane: str, pieces: Pieces) -> None:
+    """Queue each (project, chunk) behind its project's earlier ones, and the projects in the ring."""
+    _deposit(client, lane, pieces, "RPUSH")
 
 
-def _deposit(client: redis.Redis, lane: str, project: str, chunks: Sequence[Sequence[str]], push: str) -> None:
-    encoded = [json.dumps(list(chunk)) for chunk in chunks]
-    client.eval(_DEPOSIT, 2, ring(lane), count(lane), lists(lane), project, KEEP_SECONDS, push, *encoded)
+def give_back(client: redis.Redis, lane: str, pieces: Pieces) -> None:
+    """Withdrawn chunks that must wait: first of their project's when the project's turn comes again."""
+    _deposit(client, lane, list(reversed(pieces)), "LPUSH")
 
 
-def withdraw(client: redis.Redis, lane: str) -> tuple[str, list[str]] | None:
-    """The project whose turn it is and its chunk, or None when no project has one waiting."""
-    taken = client.eval(_WITHDRAW, 2, ring(lane), count(lane), lists(lane), KEEP_SECONDS)
-    return (taken[0].decode(), json.loads(taken[1])) if taken else None
+def _deposit(client: redis.Redis, lane: str, pieces: Pieces, push: str) -> None:
+    pairs = [part for project, chunk in pieces for part in (project, json.dumps(list(chunk)))]
+    if pairs:
+        client.eval(_DEPOSIT, 2, ring(lane), count(lane), lists(lane), KEEP_SECONDS, push, *pairs)
+
+
+def withdraw(client: redis.Redis, lane: str, size: int) -> list[tuple[str, list[str]]]:
+    """Up to `size` ids, taken from the projects with work waiting in turn, a chunk each per
+    round, as (project, ids) in the order taken; empty when no project has any.
+
+    Work-conserving: a project alone takes the whole `size`, and several share it.
+    """
+    taken = client.eval(_WITHDRAW, 2, ring(lane), count(lane), lists(lane), KEEP_SECONDS, size)
+    return [(taken[i].decode(), json.loads(taken[i + 1])) for i in range(0, len(taken), 2)]
+
+
+def owners(taken: Sequence[tuple[str, Sequence[str]]]) -> dict[str, str]:
+    """Withdrawn ids → their project, in the order taken. A lone id names the token's log
+    lines, as a task that carries one id names its own (app/observability/logs.py)."""
+    found = {message_id: project for project, ids in taken for message_id in ids}
+    if len(found) == 1:
+        logs.bind(message_id=next(iter(found)))
+    return found
 
 
 class FairChunks:
-    """A project's bulk chunks for one lane, published as the outbox publishes a Signature
-    (app.db.publish): the chunks go to Redis first, then one `token` per chunk to the lane.
-    Chunks given back (`ahead`) go before the project's others.
+    """Projects' chunks for one lane, published as the outbox publishes a Signature
+    (app.db.publish): the chunks go to Redis first, then `token`s to the lane, enough for a
+    token that takes `size` ids each to take them all (a token takes up to `size` whatever the
+    project, so a flush of many projects' few ids costs one token, not one per project).
+    Chunks given back (`ahead`) go before their project's others.
 
     With `spare`, for the sweeper's copies of rows whose worker died, every chunk already on
-    the project's list gets a token too. The dead worker's tokens left their chunks there,
+    the projects' lists gets a token too. The dead worker's tokens left their chunks there,
     as many as it held and merged into fewer copies, so the lane would hold more chunks than
     tokens: tokens take the lost chunks and the copies, which find their rows sent, and the
     chunks behind them would wait for STALLED_AFTER_SECONDS. A token left over finds
     nothing and does nothing."""
 
     def __init__(
-        self,
-        project: str,
-        lane: str,
-        token: Signature,
-        chunks: Sequence[Sequence[str]],
-        ahead: bool = False,
-        spare: bool = False,
+        self, lane: str, token: Signature, pieces: Pieces, *, size: int, ahead: bool = False, spare: bool = False
     ):
-        self.project = project
         self.lane = lane
         self.token = token
-        self.chunks = chunks
+        self.pieces = pieces
+        self.size = size
         self.ahead = ahead
         self.spare = spare
         self.task = token.task
 
+    @property
+    def messages(self) -> int:
+        return sum(len(chunk) for _, chunk in self.pieces)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens enough to take every chunk, spares aside."""
+        return -(-self.messages // self.size)
+
     def apply_async(self, **options: Any) -> None:
         client = redis_for(current_settings().redis_url)
-        tokens = len(self.chunks) + (client.llen(lists(self.lane) + self.project) if self.spare else 0)
-        if self.ahead:
-            for chunk in self.chunks:
-                give_back(client, self.lane, self.project, chunk)
-        else:
-            deposit(client, self.lane, self.project, self.chunks)
+        tokens = self.tokens
+        if self.spare:
+            tokens += sum(client.llen(lists(self.lane) + project) for project in {p for p, _ in self.pieces})
+        (give_back if self.ahead else deposit)(client, self.lane, self.pieces)
         for _ in range(tokens):
             self.token.apply_async(**options)

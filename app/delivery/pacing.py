@@ -42,6 +42,17 @@ end
 return {granted, wait}
 """
 
+# Keys: the window's sorted set. Args: the grant's member id, what it was granted, what it keeps.
+# The grant keeps its time and gives the rest back to the window.
+_GIVE_BACK = """
+local member = ARGV[1] .. ':' .. ARGV[2]
+local score = redis.call('ZSCORE', KEYS[1], member)
+if score then
+  redis.call('ZREM', KEYS[1], member)
+  if tonumber(ARGV[3]) > 0 then redis.call('ZADD', KEYS[1], score, ARGV[1] .. ':' .. ARGV[3]) end
+end
+"""
+
 # A second, plus a margin for the time between a grant and its request reaching the
 # provider, which varies by a few milliseconds from one batch to the next.
 WINDOW_MS = 1050
@@ -57,6 +68,7 @@ class ProviderPacer:
     def __init__(self, client: redis.Redis):
         self.client = client
         self._acquire = client.register_script(_ACQUIRE)
+        self._give_back = client.register_script(_GIVE_BACK)
 
     def acquire(self, provider: str, rate_per_second: float, requested: int, grant_id: str) -> Grant:
         """Take up to `requested` sends from `provider`'s window; `grant_id` must be unique.
@@ -70,3 +82,9 @@ class ProviderPacer:
             keys=[f"tidings:pace:{provider}"], args=[limit, window_ms, requested, grant_id]
         )
         return Grant(int(granted), int(wait_ms) / 1000)
+
+    def give_back(self, provider: str, grant_id: str, *, granted: int, used: int) -> None:
+        """Return what a grant took and will not send (rows a repeat found sent, a lane that
+        had fewer waiting), so the window's room goes to whoever asks next."""
+        if used < granted:
+            self._give_back(keys=[f"tidings:pace:{provider}"], args=[grant_id, granted, used])

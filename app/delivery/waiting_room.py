@@ -1,7 +1,9 @@
 """Messages put off by a provider's pause or pace wait together, and leave together.
 
 A pause (a 429's Retry-After, an operator's hand) puts off every deliver task that comes
-for its provider while it lasts, and single sends come one or a few per task. Had each
+for its provider while it lasts. Ids taken in their projects' turn go back to it
+(app/delivery/fairness.py); the others (retries, failover, a run after a death) come one
+or a few per task. Had each
 gone back to the broker with its own countdown, all of them would wake when the pause
 ends and leave as one provider call each: hundreds of calls within a second, inviting
 the next 429. Instead their ids wait on their lane's list in Redis, and one release token
@@ -24,6 +26,7 @@ from typing import Any
 import redis
 
 from app.config import MAX_COUNTDOWN, current_settings
+from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
 from app.delivery.queues import deliver_queue
 from app.redis_client import redis_for
@@ -94,12 +97,16 @@ def release_more(client: redis.Redis, provider: str, priority: str) -> None:
 
 
 def release_now(client: redis.Redis, provider: str, priorities: Sequence[str]) -> None:
-    """Wake `provider`'s lanes now (an operator resumed it): their ids need not wait out the
-    countdown the pause gave them."""
+    """Wake `provider`'s lanes now (an operator resumed it): their ids, in the waiting room
+    or waiting their projects' turn (app/delivery/fairness.py), need not wait out the
+    countdown the pause gave them. A token more than the chunks need finds nothing."""
     for priority in priorities:
-        if client.exists(waiting_list(deliver_queue(provider, priority))):
-            client.set(marker(deliver_queue(provider, priority)), "1", px=GRACE_MS)
+        lane = deliver_queue(provider, priority)
+        if client.exists(waiting_list(lane)):
+            client.set(marker(lane), "1", px=GRACE_MS)
             release_token(provider, priority).apply_async()
+        for _ in range(fairness.waiting(client, lane)):
+            dispatch.deliver_token(provider, priority).apply_async()
 
 
 def release_token(provider: str, priority: str):

@@ -181,6 +181,15 @@ class ProjectSettingsSchema(Schema):
             "null: no limit. Left out: the deployment's (RATE_LIMIT_MESSAGES_PER_MINUTE)."
         },
     )
+    transactional_per_min = fields.Integer(
+        allow_none=True,
+        validate=validate.Range(min=1),
+        metadata={
+            "description": "Transactional messages a minute the project's sends may carry; those above it are "
+            "accepted and served as bulk, each with a `demoted` event. null: no limit. Left out: the "
+            "deployment's (TRANSACTIONAL_PER_MINUTE)."
+        },
+    )
 
 
 # Which kind of recipient each channel can reach; a subscriber id fits every channel.

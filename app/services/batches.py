@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marshmallow import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,7 +23,7 @@ from app.access.auth import Caller
 from app.access.storage import stored_bytes
 from app.db import enqueue_after_commit
 from app.delivery import dispatch
-from app.enums import Channel, MessageStatus
+from app.enums import Channel, MessageStatus, Priority
 from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
 from app.schemas.batches import MAX_RECIPIENTS, BatchRecipientSchema
@@ -129,10 +129,14 @@ def send_batch(
         rows = recipients + duplicates
         stored = stored_bytes(common, len(rows), own_data=(row.data for row in rows))
         limits = admission.admit(session, caller, channel, len(rows), stored=stored)
-        ids = intake.copy_messages(session, caller.project_id, common, rows)
+        limit = caller.limits.transactional_per_min
+        earned = intake.earn(caller.project_id, common.priority, len(rows), limit, whole=False)
+        ids = intake.copy_messages(session, caller.project_id, common, rows, demoted=earned.demoted)
+        intake.record_demotions(session, caller.project_id, ids[earned.kept :], earned)
         if common.status is MessageStatus.ACCEPTED:
-            for signature in dispatch.prepare(ids, common.priority, project=caller.project_id):
-                enqueue_after_commit(session, signature)
+            for part, priority in ((ids[: earned.kept], common.priority), (ids[earned.kept :], Priority.BULK)):
+                for signature in dispatch.prepare(part, priority, project=caller.project_id):
+                    enqueue_after_commit(session, signature)
     return Accepted(body, replayed=False, headers=limits)
 
 
@@ -160,8 +164,23 @@ def _send_to_topic(
         if not _insert_batch(session, caller.project_id, common, body, raw_body, idempotency_key, topic, fanout):
             return _replay(session, caller, idempotency_key, raw_body)
         limits = admission.admit(session, caller, data["channel"], members, stored=stored_bytes(common, members))
-        enqueue_after_commit(session, dispatch.fan_out(str(batch_id), common.priority))
+        limit = caller.limits.transactional_per_min
+        priority = common.priority
+        if intake.earn(caller.project_id, priority, members, limit, whole=True).demoted:
+            priority = demote_topic_send(session, batch_id)
+        enqueue_after_commit(session, dispatch.fan_out(str(batch_id), priority))
     return Accepted(body, replayed=False, headers=limits)
+
+
+def demote_topic_send(session: Session, batch_id: uuid.UUID) -> Priority:
+    """A topic send above its project's transactional rate writes its messages as bulk: its
+    fan-out reads their priority from the batch row (tasks/fanout.py)."""
+    session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id)
+        .values(priority=Priority.BULK, fanout=Batch.fanout.op("||")(func.jsonb_build_object("priority", "bulk")))
+    )
+    return Priority.BULK
 
 
 COPIES_NEED_A_LIST = "cc and bcc go with a list of recipients, not a topic."

@@ -25,12 +25,19 @@ per send into a project of a million messages, `loadtest/insert_ids.py`).
 
 Both take a session and never commit: the caller owns the transaction, and publishes the
 prepare tasks after it commits.
+
+Priority is earned: a project's transactional messages above its transactional rate
+(`transactional_per_min`, a project setting with the deployment's TRANSACTIONAL_PER_MINUTE
+as default) are written as bulk, each with a `demoted` event, so a project that marks a
+campaign transactional takes its turn with bulk work instead of another's password resets
+(`earn`: one Redis call per send, whatever its size).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import time
 import uuid
@@ -39,14 +46,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import redis
 from sqlalchemy import Row, func, text
 from sqlalchemy.orm import Session
 
+from app.config import current_settings
 from app.content.addresses import normalise_address
-from app.enums import Channel, MessageStatus, Priority
+from app.delivery import store
+from app.enums import Channel, EventType, MessageStatus, Priority
 from app.models import Batch
+from app.redis_client import redis_for
 from app.services import email_extras, templates
 from providers.base import Attachment
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -221,8 +234,11 @@ def _store_files(session: Session, project_id: str, ids: Sequence[str], files: S
     )
 
 
-def copy_messages(session: Session, project_id: str, common: Common, recipients: Sequence[BatchRecipient]) -> list[str]:
-    """COPY one message and its content per recipient; the new messages' ids, in order.
+def copy_messages(
+    session: Session, project_id: str, common: Common, recipients: Sequence[BatchRecipient], *, demoted: int = 0
+) -> list[str]:
+    """COPY one message and its content per recipient; the new messages' ids, in order. The
+    last `demoted` are written as bulk (`earn`).
 
     The ids are made here, so the content rows can name their message without a round
     trip. The files are stored once, and every content row names them.
@@ -236,18 +252,82 @@ def copy_messages(session: Session, project_id: str, common: Common, recipients:
         contents["attachment_ids"] = "{" + ",".join(file_ids) + "}"  # an array in COPY's text format
     shared_data = contents.pop("data")
     message_part = "\t".join(map(_copy_text, messages.values()))
+    demoted_part = "\t".join(map(_copy_text, {**messages, "priority": Priority.BULK.value}.values()))
+    first_demoted = len(recipients) - demoted
     content_part = "\t".join(map(_copy_text, contents.values()))
     shared_data_text = _copy_text(shared_data)
     message_lines = []
     content_lines = []
-    for message_id, (subscriber_id, to_address, data) in zip(ids, recipients, strict=True):
-        message_lines.append(f"{message_id}\t{message_part}\t{_copy_text(subscriber_id)}\t{_copy_text(to_address)}\n")
+    for n, (message_id, (subscriber_id, to_address, data)) in enumerate(zip(ids, recipients, strict=True)):
+        part = message_part if n < first_demoted else demoted_part
+        message_lines.append(f"{message_id}\t{part}\t{_copy_text(subscriber_id)}\t{_copy_text(to_address)}\n")
         merged = shared_data_text if not data else _copy_text(json.dumps({**common.data, **data}))
         content_lines.append(f"{message_id}\t{content_part}\t{merged}\n")
     cursor = session.connection().connection.cursor()
     _copy(cursor, "messages", ["id", *messages, "subscriber_id", "to_address"], message_lines)
     _copy(cursor, "message_contents", ["message_id", *contents, "data"], content_lines)
     return ids
+
+
+# KEYS: the project's transactional count this minute. ARGV: the send's messages, the limit, the
+# count's TTL, 1 for all or none. → how many keep their priority (counted); the rest are bulk.
+EARN = """
+local asked, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local kept = math.max(math.min(asked, limit - tonumber(redis.call('GET', KEYS[1]) or '0')), 0)
+if ARGV[4] == '1' and kept < asked then kept = 0 end
+if kept > 0 then
+  redis.call('INCRBY', KEYS[1], kept)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return kept
+"""
+EARN_WINDOW_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Earned:
+    """Of a send's messages, how many keep the priority it asked for; the rest go as bulk."""
+
+    kept: int
+    demoted: int = 0
+    limit: int | None = None
+
+
+def earn(project_id: str, priority: Priority, count: int, limit: int | None, *, whole: bool) -> Earned:
+    """Count a send's `count` transactional messages against the project's `limit` this
+    minute: those that fit keep their priority, the others are demoted to bulk. `whole`: all
+    or none (one message and its copies); else the first that fit keep it (a batch's rows).
+
+    Asked once a send is admitted (app/access/admission.py), so a refused send or a replay
+    counts nothing. When Redis cannot be asked the send keeps its priority, as the rate
+    limiters let a send through: a broken counter must not slow every project's resets.
+    """
+    if priority is not Priority.TRANSACTIONAL or limit is None or count == 0:
+        return Earned(count)
+    key = f"tidings:transactional:{project_id}:{int(time.time() // EARN_WINDOW_SECONDS)}"
+    try:
+        client = redis_for(current_settings().redis_url)
+        kept = int(client.eval(EARN, 1, key, count, limit, 2 * EARN_WINDOW_SECONDS, int(whole)))
+    except redis.RedisError as error:
+        logger.warning("transactional rate unavailable, %s keeps its priority: %s", project_id, error)
+        return Earned(count)
+    return Earned(kept, count - kept, limit)
+
+
+def record_demotions(session: Session, project_id: str, ids: Sequence[str], earned: Earned) -> None:
+    """A `demoted` event for each message written as bulk, saying why, in one statement."""
+    data = {"reason": "transactional_rate", "priority": Priority.BULK.value, "limit_per_min": earned.limit}
+    store.record_events(session, [store.NewEvent(str(i), project_id, EventType.DEMOTED, data) for i in ids])
+
+
+DEMOTE = text("UPDATE messages SET priority = 'bulk' WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+def demote(session: Session, project_id: str, ids: Sequence[str], earned: Earned) -> None:
+    """Serve messages already written as bulk, each with its event: a single send learns it
+    is no replay, and so counts, only from its insert."""
+    session.execute(DEMOTE, {"ids": [str(i) for i in ids]})
+    record_demotions(session, project_id, ids, earned)
 
 
 def topic_columns(session: Session, project_id: str, common: Common) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from app.access.storage import stored_bytes
 from app.content.addresses import normalise_address
 from app.content.mime import Mail
 from app.delivery import coalescer
-from app.enums import Channel
+from app.enums import Channel, Priority
 from app.services import intake
 from app.services.email_extras import files_refusal, providers_for_email, without_files
 
@@ -63,5 +63,10 @@ def accept_mail(
             session, caller.project_id, common, [intake.Recipient(to_address=address) for address in addresses]
         )
         ids = [str(row.id) for row in inserted]
-    coalescer.prepare_soon(ids, mail.priority)
+        earned = intake.earn(
+            caller.project_id, common.priority, len(ids), caller.limits.transactional_per_min, whole=True
+        )
+        if earned.demoted:
+            intake.demote(session, caller.project_id, ids, earned)
+    coalescer.prepare_soon(ids, Priority.BULK if earned.demoted else mail.priority, project=caller.project_id)
     return ids

@@ -18,7 +18,7 @@ from app.access.auth import Caller
 from app.access.storage import stored_bytes
 from app.delivery import coalescer, device_store, store
 from app.delivery.event_log import sent_data
-from app.enums import Channel, EventType, MessageStatus
+from app.enums import Channel, EventType, MessageStatus, Priority
 from app.errors import abort, field_error, uuid_or_404
 from app.models import Event, Message, MessageContent
 from app.pagination import aware_time, decode_cursor, page
@@ -78,8 +78,13 @@ def accept(
             return _replay(session, caller, idempotency_key, raw_body, copies)
         stored = stored_bytes(common, len(inserted))
         limits = admission.admit(session, caller, data["channel"], len(inserted), written=True, stored=stored)
+        limit = caller.limits.transactional_per_min
+        earned = intake.earn(caller.project_id, common.priority, len(inserted), limit, whole=True)
+        if earned.demoted:
+            intake.demote(session, caller.project_id, [r.id for r in inserted], earned)
     if status is MessageStatus.ACCEPTED:
-        coalescer.prepare_soon([str(r.id) for r in inserted], data["priority"])
+        priority = Priority.BULK if earned.demoted else common.priority
+        coalescer.prepare_soon([str(r.id) for r in inserted], priority, project=caller.project_id)
     body = {"id": str(row.id), "status": status.value, "created_at": row.created_at}
     if copies:
         body["copies"] = copies_answer(copies, {r.to_address: str(r.id) for r in inserted if r is not row})

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from providers.log import LogProvider
+from tasks.fanout import fan_out
 from tests.api.test_digest import digest, digest_counts
 from tests.api.test_errors import assert_error_shape
 from tests.conftest import bearer, create_project
@@ -325,3 +326,53 @@ def test_openapi_spec_describes_both_routes(client):
     assert "200" in spec["paths"]["/v1/batches/{batch_id}"]["get"]["responses"]
     recipient = spec["components"]["schemas"]["BatchRecipient"]["properties"]
     assert {"subscriber_id", "email", "phone", "device_token", "url", "data"} <= set(recipient)
+
+
+def priorities(engine, batch_id: str) -> list[tuple[str, str, list[str]]]:
+    """(id, priority, event types) of each of the batch's messages, by address (r0, r1, … as written)."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                """
+                SELECT m.id::text, m.priority,
+                       array(SELECT e.type FROM events e WHERE e.message_id = m.id ORDER BY e.id) AS events
+                FROM messages m WHERE m.batch_id = CAST(:b AS uuid) ORDER BY m.to_address, m.subscriber_id
+                """
+            ),
+            {"b": batch_id},
+        ).all()
+    return [(row.id, row.priority, list(row.events)) for row in rows]
+
+
+def test_the_rows_of_a_transactional_batch_above_the_projects_rate_are_served_as_bulk(client, engine):
+    """One decision for the whole batch: the rows that fit the project's transactional messages
+    a minute keep the priority, the rest are written as bulk, each with a `demoted` event."""
+    project = create_project(client, settings={"transactional_per_min": 3})
+    recipients = [{"email": f"r{n}@example.com"} for n in range(5)]
+    answer = post_batch(project, batch(recipients, priority="transactional"))
+    assert answer.status_code == 202, answer.get_json()
+    assert answer.get_json()["accepted"] == 5
+    written = priorities(engine, answer.get_json()["batch_id"])
+    assert [(priority, events) for _, priority, events in written] == [
+        *[("transactional", [])] * 3,
+        *[("bulk", ["demoted"])] * 2,
+    ]
+    (event,) = [e for e in project.get(written[-1][0]).get_json()["events"] if e["type"] == "demoted"]
+    assert event["data"] == {"reason": "transactional_rate", "priority": "bulk", "limit_per_min": 3}
+    # The minute's room is spent: the next batch's rows all go as bulk.
+    again = post_batch(project, batch(recipients[:1], priority="transactional")).get_json()
+    assert [priority for _, priority, _ in priorities(engine, again["batch_id"])] == ["bulk"]
+
+
+def test_a_transactional_topic_send_above_the_projects_rate_is_fanned_out_as_bulk(client, engine):
+    from tests.api.test_topics import make_topic  # it imports this module
+
+    project = create_project(client, settings={"transactional_per_min": 1})
+    make_topic(project, "news", members=["u1", "u2"])
+    body = {"channel": "sms", "content": {"text": "Hi"}, "recipients": {"topic": "news"}, "priority": "transactional"}
+    answer = post_batch(project, body)
+    assert answer.status_code == 202, answer.get_json()
+    batch_id = answer.get_json()["batch_id"]
+    assert project.call("GET", f"/v1/batches/{batch_id}").get_json()["priority"] == "bulk"
+    fan_out(batch_id)  # as a worker would; a repeat of it by one writes nothing
+    assert [priority for _, priority, _ in priorities(engine, batch_id)] == ["bulk", "bulk"]

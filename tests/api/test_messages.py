@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from tests.conftest import email
+from app.access.limits import send_limits
+from app.config import Settings
+from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 
 def test_send_answers_202_with_the_id(project):
@@ -97,3 +100,46 @@ def test_openapi_spec_describes_the_routes(client):
     spec = client.get("/openapi.json").get_json()
     assert {"/v1/messages", "/v1/messages/{message_id}", "/v1/admin/projects"} <= set(spec["paths"])
     assert client.get("/docs").status_code == 200
+
+
+def test_a_send_above_the_projects_transactional_rate_is_served_as_bulk_with_an_event(client):
+    """Priority is earned: a send whose messages do not all fit the project's transactional
+    messages a minute is written as bulk, each message saying why; one that fits keeps it."""
+    project = create_project(client, settings={"transactional_per_min": 2})
+    over = project.send(email(cc=["bo@example.com"], bcc=["cy@example.com"])).get_json()  # 3 messages
+    fits = project.send(email()).get_json()
+    demoted = [project.get(i).get_json() for i in [over["id"], *(copy["id"] for copy in over["copies"])]]
+    assert [message["priority"] for message in demoted] == ["bulk"] * 3
+    for message in demoted:
+        (event,) = [e for e in message["events"] if e["type"] == "demoted"]
+        assert event["data"] == {"reason": "transactional_rate", "priority": "bulk", "limit_per_min": 2}
+    kept = project.get(fits["id"]).get_json()
+    assert kept["priority"] == "transactional"
+    assert "demoted" not in {e["type"] for e in kept["events"]}
+
+
+def test_bulk_sends_and_projects_with_no_transactional_rate_are_not_demoted(client):
+    unlimited = create_project(client)
+    message = unlimited.get(unlimited.send(email(cc=["bo@example.com"])).get_json()["id"]).get_json()
+    assert message["priority"] == "transactional"
+    limited = create_project(client, settings={"transactional_per_min": 1})
+    bulk = limited.get(limited.send(email(priority="bulk", cc=["bo@example.com"])).get_json()["id"]).get_json()
+    assert bulk["priority"] == "bulk"
+    assert "demoted" not in {e["type"] for e in bulk["events"]}
+
+
+def test_the_transactional_rate_is_a_project_setting_with_the_deployments_default(client, settings):
+    refused = client.post(
+        "/v1/admin/projects", json={"name": "R", "settings": {"transactional_per_min": 0}}, headers=bearer(ADMIN_KEY)
+    )
+    assert refused.status_code == 422
+    assert "transactional_per_min" in refused.get_json()["errors"]["json"]["settings"]
+    created = client.post(
+        "/v1/admin/projects", json={"name": "R", "settings": {"transactional_per_min": 20}}, headers=bearer(ADMIN_KEY)
+    )
+    assert created.get_json()["settings"]["transactional_per_min"] == 20
+    deployment = replace(settings, transactional_per_min=500)
+    assert Settings.from_env({**settings.environ, "TRANSACTIONAL_PER_MINUTE": "500"}).transactional_per_min == 500
+    assert send_limits({}, deployment).transactional_per_min == 500
+    assert send_limits({"transactional_per_min": 20}, deployment).transactional_per_min == 20
+    assert send_limits({"transactional_per_min": None}, deployment).transactional_per_min is None

@@ -169,7 +169,7 @@ def clear_backlog(engine, settings, lane: str, ids: list[str], chunks: int) -> N
         connection.default_channel.queue_purge(lane)
     redis = redis_for(settings.redis_url)
     for _ in range(chunks):
-        fairness.withdraw(redis, lane)
+        fairness.withdraw(redis, lane, dispatch.CHUNK)
     with engine.begin() as connection:
         connection.execute(
             text("UPDATE messages SET status = 'cancelled' WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
@@ -186,7 +186,7 @@ def test_a_bulk_backlog_shows_on_metrics_as_tokens_messages_and_age(client, proj
         tasks_before, pending_before, _ = backlog_gauges(client, lane)
         ids = ready_an_hour_ago(engine, project.id, "postmark", 1200)
         published = dispatch.deliver("postmark", Priority.BULK, ids, project=project.id)
-        chunks = sum(len(p.chunks) for p in published)
+        chunks = sum(len(p.pieces) for p in published)
         try:
             for publishable in published:
                 publishable.apply_async()

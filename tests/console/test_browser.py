@@ -8,6 +8,7 @@ page goes to a folder the test run prints, for a person to look at.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
+from app.delivery import fairness
 from app.delivery.queues import deliver_queue
-from app.delivery.waiting_room import waiting_list
 from tests.browser import chromium, loopback_only, needs_chromium
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
 from tests.console.test_audience import later
@@ -229,10 +230,10 @@ def test_the_admin_pauses_a_provider_a_message_waits_and_goes_on_resume(client, 
         admin.shot("08-operations-paused")
 
         message_id = api_send(live_api, project.live_key, email("Waits", to="wait@example.com"))
-        lane = waiting_list(deliver_queue("fake", "transactional"))
+        waiting = fairness.lists(deliver_queue("fake", "transactional")) + project.id  # its project's turn
         redis = app.extensions["tidings"].redis
         wait_until(
-            lambda: [i.decode() for i in redis.lrange(lane, 0, -1)],
+            lambda: [i for chunk in redis.lrange(waiting, 0, -1) for i in json.loads(chunk)],
             lambda parked: message_id in parked,
             20,
             "the message to wait in the paused provider's lane",

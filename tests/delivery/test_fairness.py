@@ -1,5 +1,7 @@
-"""Bulk work in turn per project: a campaign of 100,000 does not hold another project's 200 behind
-it, neither in prepare nor in a provider's deliver lane where the provider's pace is the limit."""
+"""Work in turn per project: a campaign of 100,000 does not hold another project's 200 behind it,
+nor a flood of 4,000 "transactional" messages another project's single sends, neither in prepare
+nor in a provider's deliver lane where the provider's pace is the limit; a project alone still
+gets the whole lane."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ import redis
 from sqlalchemy import text
 
 from app.delivery import dispatch, fairness
+from app.delivery.broker import celery_app
 from app.delivery.queues import deliver_queue
 from tasks.celery_app import configure
-from tasks.deliver import deliver_next
-from tests.conftest import bearer, create_project
+from tasks.deliver import deliver_next, paced_turn
+from tests.conftest import bearer, create_project, email
 from tests.faults.stack import insert_accepted, new_project, ready_messages
+from tests.waiting import wait_until
 
 LANE = "prepare.test-fairness"
 
@@ -30,19 +34,18 @@ def ring(settings):
     client.delete(*client.keys(f"{fairness.PREFIX}{LANE}:*") or ["-"])
 
 
-def chunks_of(ring, lane: str = LANE) -> list[tuple[str, list[str]] | None]:
-    """Every withdrawal until the lane is empty, the last one (None) included."""
+def chunks_of(ring, lane: str = LANE, size: int = 1) -> list[tuple[str, list[str]] | None]:
+    """Every withdrawal of `size` ids until the lane is empty, the last one (None) included."""
     taken: list[tuple[str, list[str]] | None] = []
-    while (chunk := fairness.withdraw(ring, lane)) is not None:
-        taken.append(chunk)
+    while withdrawn := fairness.withdraw(ring, lane, size):
+        taken.extend(withdrawn)
         assert len(taken) <= 100, "a withdrawal repeated a chunk"
     return [*taken, None]
 
 
 def test_projects_take_turns_and_each_keeps_its_own_order(ring):
-    fairness.deposit(ring, LANE, "a", [["a1"], ["a2"], ["a3"], ["a4"]])
-    fairness.deposit(ring, LANE, "b", [["b1"], ["b2"]])
-    fairness.deposit(ring, LANE, "c", [["c1"]])
+    fairness.deposit(ring, LANE, [("a", ["a1"]), ("a", ["a2"]), ("a", ["a3"]), ("a", ["a4"])])
+    fairness.deposit(ring, LANE, [("b", ["b1"]), ("b", ["b2"]), ("c", ["c1"])])
     taken = chunks_of(ring)
     assert [chunk for _, chunk in taken[:-1]] == [["a1"], ["b1"], ["c1"], ["a2"], ["b2"], ["a3"], ["a4"]]
     assert [project for project, _ in taken[:-1]] == ["a", "b", "c", "a", "b", "a", "a"]
@@ -50,21 +53,143 @@ def test_projects_take_turns_and_each_keeps_its_own_order(ring):
 
 
 def test_a_project_that_comes_back_rejoins_at_the_end(ring):
-    fairness.deposit(ring, LANE, "a", [["a1"], ["a2"]])
-    assert fairness.withdraw(ring, LANE) == ("a", ["a1"])
-    fairness.deposit(ring, LANE, "b", [["b1"]])
-    fairness.deposit(ring, LANE, "a", [["a3"]])
+    fairness.deposit(ring, LANE, [("a", ["a1"]), ("a", ["a2"])])
+    assert fairness.withdraw(ring, LANE, 1) == [("a", ["a1"])]
+    fairness.deposit(ring, LANE, [("b", ["b1"])])
+    fairness.deposit(ring, LANE, [("a", ["a3"])])
     assert chunks_of(ring) == [("a", ["a2"]), ("b", ["b1"]), ("a", ["a3"]), None]
 
 
 def test_a_chunk_given_back_goes_first_of_its_project_but_after_the_others_turn(ring):
-    fairness.deposit(ring, LANE, "a", [["a1"], ["a2"]])
-    fairness.deposit(ring, LANE, "b", [["b1"]])
-    assert fairness.withdraw(ring, LANE) == ("a", ["a1"])
-    fairness.give_back(ring, LANE, "a", ["a1"])  # the provider's pace admitted none of it
-    assert fairness.withdraw(ring, LANE) == ("b", ["b1"])
-    fairness.give_back(ring, LANE, "b", ["b1"])  # b had no other chunk: it rejoins the ring
+    fairness.deposit(ring, LANE, [("a", ["a1"]), ("a", ["a2"]), ("b", ["b1"])])
+    assert fairness.withdraw(ring, LANE, 1) == [("a", ["a1"])]
+    fairness.give_back(ring, LANE, [("a", ["a1"])])  # the provider's pace admitted none of it
+    assert fairness.withdraw(ring, LANE, 1) == [("b", ["b1"])]
+    fairness.give_back(ring, LANE, [("b", ["b1"])])  # b had no other chunk: it rejoins the ring
     assert chunks_of(ring) == [("a", ["a1"]), ("b", ["b1"]), ("a", ["a2"]), None]
+
+
+def test_a_token_takes_a_chunk_of_each_project_in_turn_until_it_is_full(ring):
+    fairness.deposit(ring, LANE, [("a", ["a1", "a2", "a3", "a4"]), ("a", ["a5", "a6", "a7", "a8"])])
+    fairness.deposit(ring, LANE, [("b", ["b1"]), ("c", ["c1", "c2"])])
+    # c's chunk does not fit whole: the part that fits goes, the rest stays first of c's.
+    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a1", "a2", "a3", "a4"]), ("b", ["b1"]), ("c", ["c1"])]
+    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a5", "a6", "a7", "a8"]), ("c", ["c2"])]
+    assert fairness.withdraw(ring, LANE, 6) == []
+    assert ring.keys(f"{fairness.PREFIX}{LANE}:*") == []
+
+
+def test_a_project_alone_gets_the_whole_token(ring):
+    """Work-conserving: with no other project waiting, a token is filled from the one that is."""
+    fairness.deposit(ring, LANE, [("a", ["a1", "a2"]), ("a", ["a3", "a4"]), ("a", ["a5"])])
+    assert fairness.owners(fairness.withdraw(ring, LANE, 5)) == dict.fromkeys(["a1", "a2", "a3", "a4", "a5"], "a")
+
+
+def test_the_sends_of_many_projects_share_one_token(settings):
+    """A flush of single sends from many projects is one prepare task, as before they took turns."""
+    (published,) = dispatch.prepare_in_turn({f"p{n}": [f"id{n}"] for n in range(50)}, "transactional")
+    assert (published.messages, published.tokens, published.task) == (50, 1, "tidings.prepare_next")
+
+
+def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings, backup_provider):
+    """Two projects' transactional messages ready for a paced provider: the second grant goes to
+    the project whose turn it is, not to the rest of the first project's flood."""
+    client = redis.Redis.from_url(settings.redis_url)
+    lane = deliver_queue("fake2", "transactional")
+    client.delete("tidings:pace:fake2", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    flood, other = new_project(engine), new_project(engine)
+    flooded, waiting = ready_for(engine, flood, 300, "fake2"), ready_for(engine, other, 2, "fake2")
+    size = dispatch.deliver_chunk("fake2")
+    ready = [(i, "fake2", "transactional", flood) for i in flooded] + [
+        (i, "fake2", "transactional", other) for i in waiting
+    ]
+    for published in dispatch.deliver_by_lane(ready):  # as prepare hands them on, without the tokens
+        fairness.deposit(client, published.lane, published.pieces)
+    try:
+        for window in (1, 2):  # a grant of one chunk each: no token goes back to the broker
+            with paced(settings, "fake2", size * window):
+                deliver_next("fake2", "transactional")
+    finally:
+        client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+        cancel_the_rest(engine, flood)
+    ours = set(flooded) | set(waiting)
+    requests: dict[int, set[str]] = {}
+    for receipt in backup_provider.delivered():
+        if receipt.message_id in ours:
+            requests.setdefault(receipt.request, set()).add(receipt.message_id)
+    calls = [requests[n] for n in sorted(requests)]
+    assert len(calls) == 2
+    assert calls[0] <= set(flooded) and len(calls[0]) == size
+    assert set(waiting) <= calls[1]  # the other project's turn came with the next grant
+
+
+def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settings):
+    """The pace is asked before ids are taken, so what a token takes is what it sends: had it
+    taken a whole chunk's worth of turns first, the other project's ids taken behind the
+    flood's would go back ungranted, and lose their turn, grant after grant. `postmark` is a
+    lane no worker consumes: the tokens the pace puts off stay in the broker until purged."""
+    client = redis.Redis.from_url(settings.redis_url)
+    lane = deliver_queue("postmark", "transactional")
+    client.delete("tidings:pace:postmark", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    flood, other = new_project(engine), new_project(engine)
+    flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
+    fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
+    try:
+        granted = [paced_turn(settings, client, "postmark", "transactional", rate) for rate in (150, 300)]
+    finally:
+        with celery_app.connection_for_write() as connection:
+            connection.default_channel.queue_purge(lane)
+        client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+        cancel_the_rest(engine, flood)
+        cancel_the_rest(engine, other)
+    assert list(granted[0]) == flooded[:150]
+    assert list(granted[1]) == waiting + flooded[150:298]  # the other project's turn, then the flood's
+
+
+def ready_for(engine, project_id: str, count: int, provider: str) -> list[str]:
+    """`count` transactional email messages of `project_id`, ready for `provider` to claim."""
+    ids = insert_accepted(engine, project_id, count, priority="transactional")
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE messages SET status = 'ready', provider = :p WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": ids, "p": provider},
+        )
+    return ids
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behind_it(
+    client, engine, settings, fake_provider
+):
+    """A's 4,000 transactional messages, accepted as a batch is, then B's single sends: on a
+    paced provider, first in, first out, B's would go after all of A's still waiting; in turn,
+    B's first goes within a few grants of B's sends being accepted, A's flood mostly still waiting."""
+    flood_size, rate = 4_000, 400
+    flood = new_project(engine)
+    flooded = set(insert_accepted(engine, flood, flood_size, "transactional"))
+    with paced(settings, "fake", rate):
+        for published in dispatch.prepare(list(flooded), "transactional", project=flood):
+            published.apply_async()
+        try:
+            wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
+            other = create_project(client)
+            sends = [other.send(email(to=f"b{n}@example.com")).get_json()["id"] for n in range(5)]
+            before = served(fake_provider, flooded)
+            for message_id in sends:
+                other.wait_for(message_id, {"sent"}, timeout=120)
+        finally:
+            cancel_the_rest(engine, flood)
+    order = [receipt.message_id for receipt in fake_provider.delivered()]
+    first = min(order.index(message_id) for message_id in sends)
+    ahead = len(set(order[:first]) & flooded)
+    # In turn: what was in flight and a grant or two (100 a grant); first in, first out: the
+    # thousands of A's still waiting when B sent.
+    assert ahead - before < 1_000, f"{ahead - before} of A's went between B's sends and B's first"
+
+
+def served(provider, ids: set[str]) -> int:
+    """How many of `ids` the provider has received."""
+    return sum(1 for receipt in provider.delivered() if receipt.message_id in ids)
 
 
 def cancel_the_rest(engine, project_id: str) -> None:
@@ -175,7 +300,7 @@ def test_a_repeat_of_a_chunk_spends_no_pace_on_rows_already_sent(engine, setting
             ),
             {"ids": ids, "ready": ids[2]},
         )
-    fairness.deposit(client, deliver_queue("fake2", "bulk"), project, [ids])
+    fairness.deposit(client, deliver_queue("fake2", "bulk"), [(project, ids)])
     with paced(settings, "fake2", 1000):
         deliver_next("fake2", "bulk")
     granted = sum(int(member.rsplit(b":", 1)[1]) for member in client.zrange("tidings:pace:fake2", 0, -1))

@@ -27,6 +27,17 @@ def test_a_batch_gets_what_the_window_has_left_and_the_wait_for_the_rest(client)
     assert 0.9 < third.wait_seconds <= 1.05
 
 
+def test_what_a_grant_does_not_use_goes_back_to_the_window(client):
+    """A token asks for a chunk before it knows how many ids wait their turn: what it could not
+    use is the next asker's, not lost to the window."""
+    pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
+    assert pacer.acquire(provider, 10, 10, "a").granted == 10
+    pacer.give_back(provider, "a", granted=10, used=4)
+    assert pacer.acquire(provider, 10, 10, "b").granted == 6
+    pacer.give_back(provider, "b", granted=6, used=0)
+    assert pacer.acquire(provider, 10, 10, "c").granted == 6
+
+
 def test_paces_are_per_provider(client):
     pacer = ProviderPacer(client)
     assert pacer.acquire(f"a-{uuid.uuid4().hex}", 5, 5, "x").granted == 5

@@ -118,7 +118,7 @@ def test_the_request_id_follows_the_message_into_the_tasks(project, fake_provide
     assert (batch["request_id"], batch["message_id"], batch["outcomes"]) == ("req-trace-1", message_id, {"failed": 1})
     failed = next(line for line in lines.lines if line.get("message_id") == message_id and line["level"] == "warning")
     assert failed["request_id"] == "req-trace-1"
-    assert failed["task"] == "tidings.deliver"
+    assert failed["task"] == "tidings.deliver_next"
     assert failed["task_id"]
     assert failed["project"] == project.id
     assert "no such mailbox" in failed["message"]

@@ -153,7 +153,7 @@ def test_a_silent_workers_lost_tokens_leave_no_chunk_of_their_lane_behind(projec
     client.hset(heartbeats.KEY, ghost, now * 1000 + micros // 1000 - 30_000)  # it died 30 s ago
     taken = [held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK)]
     taken.append(held_by(project, engine, ghost, status="ready", still_for="45 seconds", priority=Priority.BULK))
-    fairness.deposit(client, lane, project.id, [[i] for i in taken])  # their chunks; the tokens died with the ghost
+    fairness.deposit(client, lane, [(project.id, [i]) for i in taken])  # their chunks; the tokens died with the ghost
     abandoned = held_by(project, engine, ghost, priority=Priority.BULK)
     counts = sweep()
     assert counts["redispatched"] >= 2 and counts["retried"] >= 1  # other tests' rows may stand still too

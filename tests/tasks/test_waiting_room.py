@@ -1,15 +1,18 @@
-"""Single sends that waited out a pause leave together, in provider-sized batches."""
+"""Single sends that waited out a pause leave together, in provider-sized batches: they wait
+their project's turn in the lane (app/delivery/fairness.py), and the tokens that wake take
+up to a provider batch each."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 
 import pytest
 
+from app.delivery import fairness
 from app.delivery.queues import deliver_queue
-from app.delivery.waiting_room import waiting_list
 from app.enums import Channel
 from providers.fake import FakeProvider
 from tests.conftest import ADMIN_KEY, bearer, email, rerouted
@@ -19,6 +22,12 @@ from tests.waiting import wait_until
 ADMIN = bearer(ADMIN_KEY)
 # Long enough for 150 sends through the test client to be made while the 429 lasts, on a busy box.
 RETRY_AFTER = 15
+
+
+def parked(redis, project: str) -> set[str]:
+    """The ids waiting `project`'s turn in the fake provider's transactional lane."""
+    chunks = redis.lrange(fairness.lists(deliver_queue("fake", "transactional")) + project, 0, -1)
+    return {message_id for chunk in chunks for message_id in json.loads(chunk)}
 
 
 @pytest.fixture(autouse=True)
@@ -41,12 +50,11 @@ def test_single_sends_that_waited_out_a_pause_leave_in_provider_sized_batches(cl
     assert client.post("/v1/admin/providers/fake/pause", json={"reason": "outage"}, headers=ADMIN).status_code == 200
     ids = [project.send(email(to=f"user{n}@example.com")).get_json()["id"] for n in range(150)]
     redis = app.extensions["tidings"].redis
-    lane = waiting_list(deliver_queue("fake", "transactional"))
     wait_until(
-        lambda: {i.decode() for i in redis.lrange(lane, 0, -1)} & set(ids),
-        lambda parked: parked == set(ids),
+        lambda: parked(redis, project.id) & set(ids),
+        lambda waiting: waiting == set(ids),
         30,
-        "every send to wait in its lane's waiting room",
+        "every send to wait its project's turn in its lane",
         show=len,
     )
     assert requests_seen == [], "a paused provider was called"
@@ -86,12 +94,11 @@ def test_single_sends_that_waited_out_a_429_leave_in_provider_sized_batches(
         wait_until(lambda: window_ends, bool, 30, "the provider's first 429")
         waited = [project.send(email(to=f"user{n}@example.com")).get_json()["id"] for n in range(150)]
         redis = app.extensions["tidings"].redis
-        lane = waiting_list(deliver_queue("fake", "transactional"))
         wait_until(
-            lambda: {i.decode() for i in redis.lrange(lane, 0, -1)} & set(waited),
-            lambda parked: parked == set(waited),
+            lambda: parked(redis, project.id) & set(waited),
+            lambda waiting: waiting == set(waited),
             RETRY_AFTER,
-            "every send made during the 429 to wait in its lane's waiting room",
+            "every send made during the 429 to wait its project's turn in its lane",
             show=len,
         )
         for message_id in [first, *waited]:
