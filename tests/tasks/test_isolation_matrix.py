@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 import sqlalchemy.exc
+from celery.canvas import Signature
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.delivery.fairness import FairChunks
 from app.delivery.webhook_store import webhook_id
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
@@ -187,17 +189,24 @@ def test_a_workflow_step_fails_the_poisoned_run_alone_and_moves_the_other_projec
 
 
 def published(migrated: Settings, release: Callable[[Session], object]) -> list[list[str]]:
-    """The ids each task carries that `release` publishes, in a transaction rolled back after."""
+    """The ids each task or chunk carries that `release` publishes, in a transaction rolled back after."""
     engine = create_engine(migrated.database_url)
     try:
         with engine.connect() as connection, connection.begin() as outer:
             with Session(connection, join_transaction_mode="create_savepoint") as session:
                 release(session)
-                carried = [next(a for a in task.args if isinstance(a, list)) for task in outbox(session)]
+                carried = [ids for task in outbox(session) for ids in carried_by(task)]
             outer.rollback()
     finally:
         engine.dispose()
     return [list(ids) for ids in carried]
+
+
+def carried_by(task: Signature | FairChunks) -> list[list[str]]:
+    """A task's list of ids; for lanes taken in turn, each project's chunk (a token takes them in turn)."""
+    if isinstance(task, FairChunks):
+        return [list(chunk) for _, chunk in task.pieces]
+    return [next(a for a in task.args if isinstance(a, list))]
 
 
 def outbox(session: Session) -> list:
@@ -235,7 +244,7 @@ def test_beat_and_the_sweeper_release_each_projects_runs_in_tasks_of_their_own(c
 
 
 def test_the_sweeper_dispatches_each_projects_stalled_messages_in_tasks_of_their_own(client, engine, migrated):
-    """Two projects' transactional messages stalled on one lane: one deliver task per project."""
+    """Two projects' transactional messages stalled on one lane: one chunk per project, taken in turn."""
     owner = {}
     for project in (new_project(engine), new_project(engine)):
         for message_id in insert_accepted(engine, project, 2, priority="transactional"):
