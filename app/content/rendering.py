@@ -275,21 +275,22 @@ def check_variant(
     """Compile a locale variant at save, or find its problems by field without running it.
 
     A problem is what the sandbox would refuse at every render anyway, or what does not
-    compile within the caps and `seconds`: a 422 when it is written, not a failure on every send.
+    compile within the caps and `seconds` (each field its own: a field refused late must not
+    spend its neighbours' time): a 422 when it is written, not a failure on every send.
     """
     compiled: Compiled = {}
     problems: dict[str, list[str]] = {}
-    with budget.budgeted(seconds, doing="compile"):
-        for field, value in _fields(variant):
-            try:
+    for field, value in _fields(variant):
+        try:
+            with budget.budgeted(seconds, doing="compile"):
                 trees = _parsed(field, value)
                 found = [problem for tree in trees for problem in _source_problems(field, tree)]
                 if found:
                     problems[field] = list(dict.fromkeys(found))
                 else:
                     compiled[field] = _compiled(field, value, trees)
-            except RenderError as error:
-                problems[field] = [error.sentence()]
+        except RenderError as error:
+            problems[field] = [error.sentence()]
     return compiled, problems
 
 
@@ -393,13 +394,17 @@ FIELD_ORDER = ("subject", "title", "text", "body", "html", "data", "payload")
 
 
 def compile_variant(variant: Mapping[str, Any], *, seconds: float = budget.COMPILE_SECONDS) -> Compiled:
-    """Compile every field of one locale variant within the caps and `seconds` of CPU.
+    """Compile every field of one locale variant within the caps and `seconds` of CPU each.
 
     RenderError names the field that does not compile: whatever goes wrong compiling an
     untrusted template is that template's own failure, never its batch's.
     """
+    return {field: _compiled_within(field, value, seconds) for field, value in _fields(variant)}
+
+
+def _compiled_within(field: str, value: Any, seconds: float) -> Any:
     with budget.budgeted(seconds, doing="compile"):
-        return {field: _compiled(field, value, _parsed(field, value)) for field, value in _fields(variant)}
+        return _compiled(field, value, _parsed(field, value))
 
 
 def _fields(variant: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -173,5 +173,6 @@ def test_openapi_documents_the_audience_routes_and_project_settings(client):
         "daily_storage_bytes",
         "quota_timezone",
         "messages_per_min",
+        "transactional_per_min",
         "verified_senders",
     }
