@@ -403,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         deliveries.poll()
     lines, held = table(phases, sent, deliveries.counts)
     summary = [
-        f"noisy neighbour: {clock(args.duration)} in {len(args.phases)} phases, victim {args.victim_rate:g} transactional "
-        f"emails/s, provider paced at {args.pace:g}/s; {started}, at the end {load_average()}",
+        f"noisy neighbour: {clock(args.duration)} in {len(args.phases)} phases, victim {args.victim_rate:g} "
+        f"transactional emails/s, provider paced at {args.pace:g}/s; {started}, at the end {load_average()}",
         f"targets: every victim message sent and received once, p99 ≤ 2 x baseline p99 + 0.5 s, "
         f"no API or worker process past {RSS_LIMIT_MB} MB: {'held' if held else 'MISSED'}",
     ]
