@@ -30,6 +30,8 @@ DELIVERING_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH, Channel.WEBHOOK
 MAX_COUNTDOWN = 15 * 60
 # Beyond this a waiting send would be late by any measure; the default is a few milliseconds.
 MAX_PREPARE_LINGER_MS = 10_000
+# The largest request body a route takes (bulk routes, sends with files), so the least a budget of them may be.
+LARGE_BODY_MIB = 16
 DEFAULT_DAILY_QUOTAS = {Channel.EMAIL: 250_000}
 # Bytes of words and files a project's sends may store a day: its live keys', and its test keys'
 # (which reach no provider, so need only what a rehearsal does).
@@ -94,6 +96,8 @@ class Settings:
     # Seconds between keep-alive comments on an idle event stream; a stream's key is checked as often.
     stream_heartbeat: float = 15.0
     api_threads: int = 32
+    # MiB of request bodies over 1 MiB an API process reads at once (app/api/body_budget.py).
+    large_body_budget_mib: int = 32
     # Of an API process's streams (api_threads - 4), what one project, and one inbox token, may hold.
     streams_per_project: int = 8
     streams_per_inbox_token: int = 2
@@ -179,6 +183,7 @@ class Settings:
             webhook_timeout=_float(env, "WEBHOOK_TIMEOUT", 10.0, minimum=0.1),
             stream_heartbeat=_float(env, "STREAM_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
             api_threads=_int(env, "TIDINGS_API_THREADS", 32, minimum=2),
+            large_body_budget_mib=_int(env, "LARGE_BODY_BUDGET_MIB", 32, minimum=LARGE_BODY_MIB),
             streams_per_project=_int(env, "STREAMS_PER_PROJECT", 8, minimum=1),
             streams_per_inbox_token=_int(env, "STREAMS_PER_INBOX_TOKEN", 2, minimum=1),
             prepare_linger=_int(env, "PREPARE_LINGER_MS", 50, minimum=0, maximum=MAX_PREPARE_LINGER_MS) / 1000,

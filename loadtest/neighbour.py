@@ -267,13 +267,13 @@ class Neighbours:
             "previews": self.attacker.previews,
             "attachments": self.attacker.attachments,
         }
-        seconds = self.args.duration / len(PHASES)
+        seconds = self.args.duration / len(self.args.phases)
         phases = []
         stop_watching = threading.Event()
         watcher = threading.Thread(target=self.watch_memory, args=(stop_watching,))
         watcher.start()
         try:
-            for name in PHASES:
+            for name in self.args.phases:
                 self.phase = phase = Phase(name, began=time.time())
                 print(f"phase {name} for {clock(seconds)} (load average {load_average()}) …", flush=True)
                 stop = threading.Event()
@@ -361,9 +361,23 @@ def load_average() -> str:
     return " ".join(f"{n:.2f}" for n in os.getloadavg())
 
 
+def phase_names(value: str) -> tuple[str, ...]:
+    """The baseline, then the named phases in their usual order: one attack measured alone."""
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    if unknown := names - set(PHASES):
+        raise argparse.ArgumentTypeError(f"no phase {', '.join(sorted(unknown))}; the phases are {', '.join(PHASES)}")
+    return tuple(name for name in PHASES if name == "baseline" or name in names)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=duration, default=300, help="all six phases together (default 5m)")
+    parser.add_argument("--duration", type=duration, default=300, help="all the phases together (default 5m)")
+    parser.add_argument(
+        "--phases",
+        type=phase_names,
+        default=PHASES,
+        help=f"the attacker's phases to run, comma-separated, after the baseline (default all: {','.join(PHASES[1:])})",
+    )
     parser.add_argument("--victim-rate", type=float, default=5, help="the victim's sends a second (default 5)")
     parser.add_argument("--pace", type=float, default=200, help="the provider's pace a second (default 200)")
     parser.add_argument("--clients", type=int, default=16, help="the victim's sender threads (default 16)")
@@ -389,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         deliveries.poll()
     lines, held = table(phases, sent, deliveries.counts)
     summary = [
-        f"noisy neighbour: {clock(args.duration)} in {len(PHASES)} phases, victim {args.victim_rate:g} transactional "
-        f"emails/s, provider paced at {args.pace:g}/s; {started}, at the end {load_average()}",
+        f"noisy neighbour: {clock(args.duration)} in {len(args.phases)} phases, victim {args.victim_rate:g} "
+        f"transactional emails/s, provider paced at {args.pace:g}/s; {started}, at the end {load_average()}",
         f"targets: every victim message sent and received once, p99 ≤ 2 x baseline p99 + 0.5 s, "
         f"no API or worker process past {RSS_LIMIT_MB} MB: {'held' if held else 'MISSED'}",
     ]

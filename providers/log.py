@@ -13,7 +13,7 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar, Self
 
 from providers.base import Outbound, Outcome, SendResult
@@ -33,6 +33,42 @@ def max_batch_from(env: Mapping[str, str]) -> int:
     return int(value)
 
 
+# The base64 of the files the record may hold: two sends of the largest. Test keys reach this
+# provider with 10 MiB files in a loop, and 10,000 of them would have been 140 GB.
+RECORD_FILE_CHARACTERS = 32 * 1024 * 1024
+
+
+class Record(deque[Outbound]):
+    """The newest `most` messages, fewer when their files come to more than `file_characters`."""
+
+    def __init__(self, *, most: int, file_characters: int):
+        super().__init__(maxlen=most)
+        self.file_characters = file_characters
+        self.held = 0  # characters of base64 in the messages held, a file counted once per message
+
+    def extend(self, messages: Iterable[Outbound]) -> None:
+        for message in messages:
+            if len(self) == self.maxlen:
+                self.popleft()
+            super().append(message)
+            self.held += files_size(message)
+            while self.held > self.file_characters:
+                self.popleft()
+
+    def popleft(self) -> Outbound:
+        message = super().popleft()
+        self.held -= files_size(message)
+        return message
+
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
+
+
+def files_size(message: Outbound) -> int:
+    return sum(len(file.content) for file in message.attachments)
+
+
 class LogProvider:
     name: ClassVar[str] = "log"
     channels: ClassVar[frozenset[str]] = frozenset({"email", "sms", "push", "webhook"})
@@ -46,7 +82,7 @@ class LogProvider:
 
     # What this process would have sent, newest last; bounded so a long run cannot grow it.
     # 10,000 rendered messages are ~25 MB; 100,000 took a draining worker past 250 MB.
-    record: ClassVar[deque[Outbound]] = deque(maxlen=10_000)
+    record: ClassVar[Record] = Record(most=10_000, file_characters=RECORD_FILE_CHARACTERS)
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod

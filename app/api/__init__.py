@@ -8,6 +8,7 @@ from app import console
 from app.access.caller_cache import CallerCache
 from app.access.ratelimit import ApiRateLimiter
 from app.api import contract
+from app.api.body_budget import BodyBudget
 from app.api.context import Context
 from app.config import Settings
 from app.db import session_factory
@@ -56,7 +57,10 @@ def create_app(settings: Settings) -> Flask:
     client = redis_for(settings.redis_url)
     hub = Hub(settings.redis_url, max_listeners=max(settings.api_threads - 4, 1))
     db = session_factory(settings.database_url)
-    app.extensions["tidings"] = Context(settings, db, client, ApiRateLimiter(client), hub, CallerCache(db, client))
+    bodies = BodyBudget(settings.large_body_budget_mib * 1024 * 1024)
+    app.extensions["tidings"] = Context(
+        settings, db, client, ApiRateLimiter(client), hub, CallerCache(db, client), bodies
+    )
     api = TidingsApi(app)
     contract.register(api.spec)
     install(app, api)

@@ -20,8 +20,9 @@ from typing import Any
 import flask
 import flask_smorest
 from flask_smorest.utils import resolve_schema_instance
-from marshmallow import Schema, ValidationError
-from webargs.flaskparser import FlaskParser
+from marshmallow import Schema, ValidationError, missing
+from webargs import core
+from webargs.flaskparser import FlaskParser, is_json_request
 
 from app.api import contract
 from app.api.contract import Access
@@ -36,6 +37,15 @@ class Parser(FlaskParser):
             return super().load_json(req, schema)
         except RecursionError:
             abort(400, DEFAULT_MESSAGES[400], errors={"json": ["Invalid JSON body."]})
+
+    def _raw_load_json(self, req: flask.Request) -> Any:
+        """The body parsed once: a route that weighs its body first (app/api/project.py) has
+        parsed it already, and webargs would parse it again, a second copy of a 16 MiB body.
+        Flask keeps what it parsed; what it could not parse webargs parses, for its 400."""
+        if not is_json_request(req):
+            return missing
+        body = req.get_json(silent=True)
+        return core.parse_json(req.get_data(cache=True)) if body is None else body
 
     def pre_load(self, location_data: Any, *, schema: Schema, req: flask.Request, location: str) -> Any:
         """A control character anywhere in a JSON body is a 422 naming where it is."""

@@ -1,4 +1,5 @@
-"""What every request handler shares with its process: settings, database, Redis, limiter, streams, callers."""
+"""What every request handler shares with its process: settings, database, Redis, limiter, streams, callers,
+large bodies."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.caller_cache import CallerCache
 from app.access.ratelimit import ApiRateLimiter
+from app.api.body_budget import BodyBudget
 from app.config import Settings
 from app.observability.streams import Hub
 
@@ -24,6 +26,7 @@ class Context:
     limiter: ApiRateLimiter
     hub: Hub
     callers: CallerCache
+    bodies: BodyBudget
 
 
 def context() -> Context:

@@ -133,8 +133,8 @@ ERRORS: dict[int, tuple[str, dict[str, Any] | None]] = {
         None,
     ),
     503: (
-        "A dependency did not answer (PostgreSQL, Redis, the broker); nothing was written. Retry after "
-        "`Retry-After` seconds where given.",
+        "A dependency did not answer (PostgreSQL, Redis, the broker), or the server is reading as many bodies over "
+        "1 MiB as it may at once; nothing was written. Retry after `Retry-After` seconds where given.",
         None,
     ),
 }

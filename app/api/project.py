@@ -8,9 +8,11 @@ from flask import current_app, g, request
 
 from app.access.auth import bearer_token, require_project_key
 from app.access.ratelimit import add_rate_limit_headers, limit_request
+from app.api import body_budget
 from app.api.blueprint import Blueprint
 from app.api.context import context
 from app.api.contract import PROJECT_KEY, Access
+from app.config import LARGE_BODY_MIB
 from app.errors import View, abort
 
 
@@ -19,10 +21,11 @@ def project_blueprint(name: str, import_name: str, tag: str, description: str) -
     blp = Blueprint(name, import_name, access=PROJECT_ACCESS, tag=tag, url_prefix="/v1", description=description)
     blp.before_request(raise_body_limit)
     blp.after_request(add_rate_limit_headers)
+    blp.teardown_request(body_budget.release)
     return blp
 
 
-LARGE_BODY_BYTES = 16 * 1024 * 1024
+LARGE_BODY_BYTES = LARGE_BODY_MIB * 1024 * 1024
 
 
 def large_body(view: View) -> View:
@@ -47,6 +50,7 @@ def raise_body_limit() -> None:
     field = getattr(view, "large_body_with", None)
     if getattr(view, "large_body", False) or field:
         request.max_content_length = LARGE_BODY_BYTES
+        body_budget.admit(context().bodies, small=current_app.config["MAX_CONTENT_LENGTH"], largest=LARGE_BODY_BYTES)
     if field and len(request.get_data()) > current_app.config["MAX_CONTENT_LENGTH"]:
         body = request.get_json(silent=True)
         if not (isinstance(body, dict) and field in body):

@@ -17,6 +17,7 @@ import click
 from app.config import ConfigError, Settings, database_url_from_env
 from app.observability import logs
 from app.runtime.cli_base import check_database, fail, load_settings, one_line_errors
+from app.runtime.memory import tune_malloc
 
 # Loggers that say the same thing every second (beat's release_due) or narrate start-up.
 QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.worker.strategy", "celery.beat")
@@ -25,6 +26,7 @@ QUIET_LOGGERS = ("pgserver", "alembic.runtime", "celery.app.trace", "celery.work
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Tidings: notification delivery on PostgreSQL and Celery."""
+    tune_malloc(os.environ)
     try:
         logs.configure()
     except ConfigError as error:

@@ -1,4 +1,4 @@
-"""The `log` provider's batch size: one setting that deliver tasks and the adapter both follow."""
+"""The `log` provider's batch size (one setting deliver tasks and the adapter both follow) and its record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from providers.log import DEFAULT_MAX_BATCH, max_batch_from
+from providers.base import Attachment, Outbound
+from providers.log import DEFAULT_MAX_BATCH, RECORD_FILE_CHARACTERS, Record, max_batch_from
 
 # What a fresh process sees: the ids per deliver task dispatch makes for 120 messages, and
 # the messages per call of the adapter the worker builds.
@@ -49,3 +50,18 @@ def test_one_message_per_call_still_carries_many_per_task():
 def test_a_bad_value_is_refused_with_its_name(value):
     with pytest.raises(ValueError, match="LOG_PROVIDER_MAX_BATCH"):
         max_batch_from({"LOG_PROVIDER_MAX_BATCH": value})
+
+
+def test_the_record_holds_the_files_of_two_large_sends_at_most():
+    """Test keys reach this provider with 10 MiB files in a loop: the record keeps the newest
+    messages whose files fit RECORD_FILE_CHARACTERS, however many its count would allow."""
+    record = Record(most=10_000, file_characters=RECORD_FILE_CHARACTERS)
+    large = Attachment("big.pdf", "application/pdf", "A" * (RECORD_FILE_CHARACTERS // 2))
+    sent = [Outbound(f"m{n}", "email", f"u{n}@example.com", attachments=(large,)) for n in range(3)]
+    record.extend([*sent[:2], Outbound("plain", "email", "p@example.com")])
+    record.extend(sent[2:])
+    assert [message.message_id for message in record] == ["m1", "plain", "m2"]
+    assert record.held == RECORD_FILE_CHARACTERS
+    record.clear()
+    record.extend(sent[:2])
+    assert [message.message_id for message in record] == ["m0", "m1"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import string
+import uuid
+from typing import NamedTuple
+
 import pytest
 from sqlalchemy.orm import Session
 
@@ -11,7 +16,11 @@ from app.enums import Channel, Priority
 from app.services import intake
 from providers.base import Attachment
 from providers.log import LogProvider
+from tasks import attachments
+from tasks.attachments import FILE_CHUNK
 from tests.conftest import create_project
+
+ALPHABET = string.ascii_letters + string.digits + "+/"
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -47,3 +56,20 @@ def test_files_and_extras_reach_the_provider_shared_by_every_recipient(client, e
         assert outbound.attachments == files
     # One batch read each file once: every message shares the same objects.
     assert len({id(o.attachments[0].content) for o in sent}) == 1
+
+
+class Claimed(NamedTuple):
+    attachment_ids: list[str] | None
+
+
+def test_files_of_many_chunks_are_stored_and_read_back_whole(client, engine):
+    """Files go in by COPY a chunk at a time and come back in rows of FILE_CHUNK characters."""
+    project = create_project(client)
+    large = "".join(random.Random(7).choices(ALPHABET, k=2 * FILE_CHUNK + 5)) + "=="
+    files = [Attachment("a.pdf", "application/pdf", large), Attachment("b.txt", "text/plain", "aGk=")]
+    ids = [str(uuid.uuid4()) for _ in files]
+    with Session(engine) as session, session.begin():
+        intake._store_files(session, project.id, ids, files)
+        loaded = attachments.load(session, [Claimed([ids[0]]), Claimed(ids), Claimed(None)])
+        session.rollback()
+    assert loaded == dict(zip(ids, files, strict=True))
