@@ -10,6 +10,7 @@ from marshmallow import ValidationError
 from sqlalchemy import Row, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.content.addresses import normalise_address
 from app.delivery import store
 from app.delivery.store import NewEvent
@@ -159,9 +160,9 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
     scope = {"project": project_id, "subscriber": external_id}
     mine = "m.project_id = :project AND m.subscriber_id = :subscriber"
     with db.begin() as session:
-        deleted = session.execute(
-            text("DELETE FROM subscribers WHERE project_id = :project AND external_id = :subscriber"), scope
-        ).rowcount
+        deleted = changed_rows(
+            session, text("DELETE FROM subscribers WHERE project_id = :project AND external_id = :subscriber"), scope
+        )
         if deleted == 0:
             abort(404, f"No subscriber {external_id!r}.")
         cancelled = session.execute(
