@@ -587,8 +587,10 @@ class TemplateVersion(Protocol):
     key: str
     version: int
     default_locale: str
-    variants: Mapping[str, Any]
     created_at: Any
+
+    @property
+    def variants(self) -> Mapping[str, Any]: ...  # read only, so a row's dict is one
 
 
 def mentions(template: TemplateVersion, name: str) -> bool:
