@@ -216,8 +216,15 @@ def judge(
             refused.append(result)
         fallback = DeviceStatus.DEAD if exhausted else DeviceStatus.RETRYING
         status[unit.n] = SETTLED_AS.get(result.outcome, fallback)
-        answer = {"provider_message_id": result.provider_message_id, "error": result.error}
-        folded.settled.append(Settled(message.id, unit.n, status[unit.n], **answer))
+        folded.settled.append(
+            Settled(
+                message.id,
+                unit.n,
+                status[unit.n],
+                provider_message_id=result.provider_message_id,
+                error=result.error,
+            )
+        )
     folded.summaries[message.id] = {"devices": dict(Counter(s.value for s in status.values()))}
     if unanswered:
         return None

@@ -44,6 +44,7 @@ def fan_out(batch_id: str) -> int:
             if batch is None:  # done already: this was a repeated message
                 return
             ids = intake.write_topic_chunk(session, batch, MEMBERS_PER_TASK)
+            assert batch.fanout is not None  # write_topic_chunk wrote a topic send's chunk
             if ids and batch.fanout["status"] == MessageStatus.ACCEPTED:
                 for signature in dispatch.prepare(ids, batch.priority, project=batch.project_id):
                     enqueue_after_commit(session, signature)

@@ -137,9 +137,9 @@ def members_page(
 
 
 def member_count(session: Session, project_id: str, key: str) -> int:
-    return session.scalar(
+    return session.execute(
         select(func.count()).where(TopicMember.project_id == project_id, TopicMember.topic_key == key)
-    )
+    ).scalar_one()
 
 
 def of_subscriber(session: Session, project_id: str, subscriber_id: str) -> list[str]:
