@@ -37,6 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from typing import cast
 
 from celery.canvas import Signature
 
@@ -107,7 +108,7 @@ def publish_prepares(waiting: dict[str, dict[str, str | None]]) -> None:
     broker's connect timeout, and ids arriving meanwhile would pile up behind them.
     """
     signatures = [
-        (priority, with_request_ids(signature, request_of))
+        (priority, with_request_ids(cast(Signature, signature), request_of))  # no project: plain signatures
         for priority, request_of in waiting.items()
         for signature in dispatch.prepare(list(request_of), priority)
     ]
@@ -123,9 +124,10 @@ def publish_prepares(waiting: dict[str, dict[str, str | None]]) -> None:
 
 
 def with_request_ids(signature: Signature, request_of: dict[str, str | None]) -> Signature:
-    requests = sorted({request_of[i] for i in signature.args[0]} - {None})
+    requests = sorted({request for i in signature.args[0] if (request := request_of[i]) is not None})
     if requests:
-        signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
+        # celery-types takes only str headers; Celery sends any JSON.
+        signature.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})  # type: ignore[dict-item]
     return signature
 
 
