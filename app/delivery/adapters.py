@@ -133,8 +133,8 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
     """Each project's adapter for `provider`, rebuilt where its settings changed since it was cached."""
     with _lock:
         cached = {p: _own.get((provider, p)) for p in versions}
-    stale = [p for p, entry in cached.items() if entry is None or entry[0] != versions[p]]
-    current = {p: entry for p, entry in cached.items() if entry is not None and p not in stale}
+    current = {p: entry for p, entry in cached.items() if entry is not None and entry[0] == versions[p]}
+    stale = [p for p in cached if p not in current]
     if stale:
         with session_scope(config.database_url) as session:
             rows = store.project_accounts(session, provider, stale)
