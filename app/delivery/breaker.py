@@ -196,6 +196,8 @@ class CircuitBreakers:
 
 
 class WindowCounts(TypedDict):
+    """A circuit's window counts, by the names of its fields, so they can be `replace`d in."""
+
     recent_answered: int
     recent_failed: int
 
