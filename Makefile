@@ -32,9 +32,10 @@ test-prefork: $(STAMP) ## The fault tests not already run under both pools, agai
 fuzz: $(STAMP) ## Fuzz every API operation longer than the suite does (FUZZ_EXAMPLES per operation, 500)
 	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q --timeout=0 tests/api/test_fuzz.py
 
-lint: $(STAMP) ## ruff check and format check
+lint: $(STAMP) ## ruff check and format check, mypy over app/, tasks/ and providers/
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 fmt: $(STAMP) ## Format and fix what ruff can
 	$(BIN)/ruff format .

@@ -25,8 +25,8 @@ class Publishable(Protocol):
     """What the outbox publishes: a Celery Signature, or a project's fair bulk chunks
     (app/delivery/fairness.py), which go to Redis before their tokens go to the broker."""
 
-    task: str
-
+    @property
+    def task(self) -> str | None: ...
     def apply_async(self, **options: Any) -> Any: ...
 
 

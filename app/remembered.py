@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import redis
 from flask import g, has_request_context
@@ -60,7 +60,7 @@ def request_generation(client: redis.Redis) -> Generation:
 def read_generation(client: redis.Redis) -> Generation:
     """The generation now: for what asks again long after its request began (a stream)."""
     try:
-        return client.get(GENERATION_KEY)
+        return cast(bytes | None, client.get(GENERATION_KEY))  # our clients do not decode answers
     except redis.RedisError as error:
         logger.warning("generation unavailable, asking PostgreSQL: %s", error)
         return Unknown()

@@ -421,9 +421,9 @@ class HttpClient:
         except requests.RequestException as error:
             raise TransientError(f"{type(error).__name__}: {error}") from error
         if response.status_code >= 300:
-            error = self.classify(response)
-            error.response = response
-            raise error
+            failure = self.classify(response)
+            failure.response = response
+            raise failure
         return response
 
     def post_json(self, path: str, payload: Any = None, headers: Mapping[str, str] | None = None, **kwargs: Any) -> Any:

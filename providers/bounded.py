@@ -176,7 +176,7 @@ class DeadlineResponse(http.client.HTTPResponse):
 def bounded(base: type[HTTPConnection]) -> type[HTTPConnection]:
     """A urllib3 connection class whose answers keep the deadline of the exchange using it."""
 
-    class Bounded(base):
+    class Bounded(base):  # type: ignore[misc, valid-type]  # a base chosen at run time, which mypy cannot check
         response_class = DeadlineResponse
 
         def _new_conn(self):

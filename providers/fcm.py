@@ -39,7 +39,7 @@ try:
     from google.auth.transport.requests import AuthorizedSession
     from google.oauth2 import service_account
 except ImportError:  # the optional extra `tidings[fcm]` is not installed
-    service_account = None
+    service_account = None  # type: ignore[assignment]  # None: the extra is not installed
 
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 

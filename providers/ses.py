@@ -39,7 +39,7 @@ try:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 except ImportError:  # the optional extra `tidings[ses]` is not installed
-    Credentials = None
+    Credentials = None  # type: ignore[assignment, misc]  # None: the extra is not installed
 
 PATH = "/v2/email/outbound-emails"
 

@@ -29,6 +29,7 @@ from providers.base import (
     Outbound,
     Outcome,
     PermanentError,
+    ProviderError,
     RateLimited,
     Report,
     SendResult,
@@ -152,6 +153,7 @@ class SimulatorProvider:
     def answer(self, message: Outbound) -> SendResult:
         """What a provider would answer this recipient, by the scenario it names."""
         scenario = scenario_of(message.channel, message.to)
+        error: ProviderError
         if scenario is None:
             error = PermanentError(f"{message.to!r} is not a simulated {message.channel} recipient (see the README)")
             return SendResult.from_error(message.message_id, error)

@@ -136,6 +136,7 @@ class SmtpProvider:
     def connect(self) -> smtplib.SMTP:
         """Open, secure and log in; raise what a failure means for every message."""
         try:
+            smtp: smtplib.SMTP
             if self.security == "ssl":
                 smtp = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=self.tls)
             else:

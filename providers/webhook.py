@@ -27,7 +27,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 import requests
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -73,7 +73,9 @@ class RefusedTarget(Exception):
 
 def resolve(host: str, port: int) -> list[str]:
     """Every address of `host`, once each, in the system resolver's order."""
-    return list(dict.fromkeys(info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)))
+    # An IPv4 or IPv6 address is a str; typeshed's int is for the other families.
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(cast(str, info[4][0]) for info in found))
 
 
 def embedded_ipv4(ip: Address) -> list[ipaddress.IPv4Address]:
@@ -106,7 +108,7 @@ def check_peer(address: str, allowed: Sequence[Network], plain_http: bool) -> No
     the packets end up.
     """
     ip = ipaddress.ip_address(address.split("%")[0])
-    judged = embedded_ipv4(ip) or [ip]
+    judged: Sequence[Address] = embedded_ipv4(ip) or [ip]
     if any(ip in network for network in allowed) or all(
         any(target in network for network in allowed) for target in judged
     ):
@@ -141,7 +143,7 @@ def guarded(base: type[HTTPConnection], allowed: Sequence[Network], resolver: Re
     """A urllib3 connection class that connects only to an address `checked_address` chose."""
     plain_http = not issubclass(base, HTTPSConnection)
 
-    class Guarded(base):
+    class Guarded(base):  # type: ignore[misc, valid-type]  # a base chosen at run time, which mypy cannot check
         def _new_conn(self):
             name = self._dns_host
             try:

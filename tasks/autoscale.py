@@ -27,7 +27,7 @@ def is_load(req: Request) -> bool:
 class Autoscaler(CeleryAutoscaler):
     def on_task_received(self, req: Request) -> None:
         if is_load(req):
-            super().on_task_received(req)
+            super().on_task_received(req)  # type: ignore[misc]  # celery-types leaves this hook out
 
     @property
     def qty(self) -> int:

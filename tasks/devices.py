@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
@@ -105,18 +105,19 @@ class DeviceUnit:
         return getattr(self.message, name)
 
 
-def expand(claimed: Sequence[Row], devices: Sequence[Row]) -> list[Row | DeviceUnit]:
+def expand(claimed: Sequence[Row], devices: Sequence[Row]) -> list[Row]:
     """What to send: a unit per waiting device of a message with devices (none when all are
-    settled), the row itself for every other message."""
+    settled), the row itself for every other message. A unit reads as its message's row, so
+    what sends rows sends it; the types cannot tell, hence the cast."""
     known = {device.message_id for device in devices}
     waiting: dict[str, list[Row]] = defaultdict(list)
     for device in devices:
         if device.status in WAITING:
             waiting[device.message_id].append(device)
-    units: list[Row | DeviceUnit] = []
+    units: list[Row] = []
     for row in claimed:
         if row.id in known:
-            units += [DeviceUnit(row, unit_id(row.id, d.n), d.token, d.n) for d in waiting[row.id]]
+            units += [cast(Row, DeviceUnit(row, unit_id(row.id, d.n), d.token, d.n)) for d in waiting[row.id]]
         else:
             units.append(row)
     return units
@@ -216,8 +217,15 @@ def judge(
             refused.append(result)
         fallback = DeviceStatus.DEAD if exhausted else DeviceStatus.RETRYING
         status[unit.n] = SETTLED_AS.get(result.outcome, fallback)
-        answer = {"provider_message_id": result.provider_message_id, "error": result.error}
-        folded.settled.append(Settled(message.id, unit.n, status[unit.n], **answer))
+        folded.settled.append(
+            Settled(
+                message.id,
+                unit.n,
+                status[unit.n],
+                provider_message_id=result.provider_message_id,
+                error=result.error,
+            )
+        )
     folded.summaries[message.id] = {"devices": dict(Counter(s.value for s in status.values()))}
     if unanswered:
         return None

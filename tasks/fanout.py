@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, text
 
+from app.changed_rows import changed_rows
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
 from app.delivery import dispatch
@@ -43,6 +44,7 @@ def fan_out(batch_id: str) -> int:
             if batch is None:  # done already: this was a repeated message
                 return
             ids = intake.write_topic_chunk(session, batch, MEMBERS_PER_TASK)
+            assert batch.fanout is not None  # write_topic_chunk wrote a topic send's chunk
             if ids and batch.fanout["status"] == MessageStatus.ACCEPTED:
                 for signature in dispatch.prepare(ids, batch.priority, project=batch.project_id):
                     enqueue_after_commit(session, signature)
@@ -61,10 +63,11 @@ def stop_fan_out(config: Settings, table: str) -> Callable[[str, str], bool]:
 
     def stop(row_id: str, _: str) -> bool:
         with session_scope(config.database_url) as session:
-            ended = session.execute(
+            ended = changed_rows(
+                session,
                 text(f"UPDATE {table} SET fanout_done_at = now() WHERE id = :id AND fanout_done_at IS NULL"),
                 {"id": row_id},
             )
-            return bool(ended.rowcount)
+            return bool(ended)
 
     return stop

@@ -252,9 +252,11 @@ def batch(
     """
     client = redis_for(config.redis_url)
     run = Run(stage, ids, fail_alone, client)
-    deaths = UnfinishedRuns(client, stage) if redispatch is not None and run.ids else None
-    if deaths is not None and not deaths.admit(run.ids, redispatch, run.fail):
-        run.ids = []
+    deaths = None
+    if redispatch is not None and run.ids:
+        deaths = UnfinishedRuns(client, stage)
+        if not deaths.admit(run.ids, redispatch, run.fail):
+            run.ids = []
     try:
         yield run
     finally:

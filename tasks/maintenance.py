@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
+from app.changed_rows import changed_rows
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_scope
 from app.delivery import dispatch, heartbeats, store
@@ -244,7 +245,8 @@ def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) ->
 
 def prune_receipts(session: Session) -> int:
     """Forget the keys of provider events older than any retry of them could be."""
-    return session.execute(
+    return changed_rows(
+        session,
         text(
             """
             DELETE FROM inbound_receipts WHERE ctid IN (
@@ -253,7 +255,7 @@ def prune_receipts(session: Session) -> int:
             """
         ),
         {"days": RECEIPT_DAYS, "batch": BATCH},
-    ).rowcount
+    )
 
 
 def idempotent_providers(config: Settings) -> list[str]:

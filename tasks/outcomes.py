@@ -107,12 +107,15 @@ def align_short_retries(outcomes: list[store.Finalised]) -> list[store.Finalised
     parked in PostgreSQL for `release_due`.
     """
     horizon = datetime.now(UTC) + timedelta(seconds=MAX_COUNTDOWN)
-    short = [o for o in outcomes if o.status is MessageStatus.RETRYING and o.next_attempt_at <= horizon]
+    short = {
+        o.message_id: o.next_attempt_at
+        for o in outcomes
+        if o.status is MessageStatus.RETRYING and o.next_attempt_at is not None and o.next_attempt_at <= horizon
+    }
     if not short:
         return outcomes
-    latest = max(o.next_attempt_at for o in short)
-    short_ids = {o.message_id for o in short}
-    return [replace(o, next_attempt_at=latest) if o.message_id in short_ids else o for o in outcomes]
+    latest = max(short.values())
+    return [replace(o, next_attempt_at=latest) if o.message_id in short else o for o in outcomes]
 
 
 def waiting_groups(outcomes: Sequence[store.Finalised]) -> list[tuple[float, list[store.Finalised]]]:
@@ -120,9 +123,9 @@ def waiting_groups(outcomes: Sequence[store.Finalised]) -> list[tuple[float, lis
     now = datetime.now(UTC)
     groups: dict[datetime, list[store.Finalised]] = defaultdict(list)
     for outcome in outcomes:
-        waits = outcome.status in (MessageStatus.READY, MessageStatus.RETRYING) and outcome.next_attempt_at
-        if waits and (outcome.next_attempt_at - now).total_seconds() <= MAX_COUNTDOWN:
-            groups[outcome.next_attempt_at].append(outcome)
+        at = outcome.next_attempt_at if outcome.status in (MessageStatus.READY, MessageStatus.RETRYING) else None
+        if at is not None and (at - now).total_seconds() <= MAX_COUNTDOWN:
+            groups[at].append(outcome)
     return [(max((at - now).total_seconds(), 0.0), group) for at, group in groups.items()]
 
 

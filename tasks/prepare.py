@@ -142,7 +142,7 @@ def decide(
 ) -> None:
     """One message's fate, added to the plan (the order is the module docstring's)."""
     if address is None:
-        reason = f"subscriber {row.subscriber_id!r} has no {row.channel} address"
+        reason: str | None = f"subscriber {row.subscriber_id!r} has no {row.channel} address"
         return plan.close(row, MessageStatus.FAILED, EventType.FAILED, {"reason": reason})
     reason = suppressed.get((row.project_id, row.channel, address))
     if reason is not None:

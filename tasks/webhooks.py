@@ -160,8 +160,8 @@ def post(row: Row, config: Settings) -> Attempt:
         if never_connected(error):  # said as for a refused target, so the two cannot be told apart
             return done(error=unreachable(row.url, error))
         return done(error=f"{type(error).__name__}: {error}")
-    error = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
-    return done(status_code=answer.status_code, response=answer.excerpt(RESPONSE_KEPT), error=error)
+    failure = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
+    return done(status_code=answer.status_code, response=answer.excerpt(RESPONSE_KEPT), error=failure)
 
 
 def settle(attempt: Attempt, attempts_made: int, config: Settings, now: datetime) -> Settled:

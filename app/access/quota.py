@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from datetime import time as midnight_time
 from functools import partial
+from typing import TypedDict
 from zoneinfo import ZoneInfo
 
 import redis
@@ -310,6 +311,13 @@ class DailyQuota:
             logger.warning("could not give back to the daily quota of %s: %s", counter.ask.project_id, error)
 
 
+class ScriptCall(TypedDict):
+    """A Lua script's keys and arguments, as `redis.commands.core.Script` is called with them."""
+
+    keys: list[str]
+    args: list[str | int]
+
+
 class _Counter:
     """One Ask's day counter: its Redis keys and arguments, its lock, its answers."""
 
@@ -324,9 +332,9 @@ class _Counter:
         # The zone is in the key: a project that moves its midnight starts a day of another span.
         self._keys = [f"tidings:quota:{ask.project_id}:{meter}:{day.date}:{ask.zone}", USAGE_HASH]
         noted = usage_field(ask.project_id, meter) if ask.meter.noted else ""
-        self._note = [noted, ask.limit, int(day.end.timestamp())]
+        self._note: list[str | int] = [noted, ask.limit, int(day.end.timestamp())]
 
-    def script(self, *args: int) -> dict[str, list]:
+    def script(self, *args: int) -> ScriptCall:
         return {"keys": self._keys, "args": [*self._note, *args]}
 
     def answer(self, allowed: bool, used: int, **after: Callable[[], None] | None) -> Taken:

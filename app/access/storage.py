@@ -15,15 +15,22 @@ from providers.base import Attachment
 
 
 class Content(Protocol):
-    """What every message of one insert shares (`intake.Common` is one)."""
+    """What every message of one insert shares (`intake.Common`, frozen, is one): read only."""
 
-    subject: str | None
-    text: str | None
-    html: str | None
-    data: Mapping[str, Any]
-    meta: Mapping[str, Any]
-    headers: Mapping[str, str] | None
-    attachments: Sequence[Attachment]
+    @property
+    def subject(self) -> str | None: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def html(self) -> str | None: ...
+    @property
+    def data(self) -> Mapping[str, Any]: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+    @property
+    def headers(self) -> Mapping[str, str] | None: ...
+    @property
+    def attachments(self) -> Sequence[Attachment]: ...
 
 
 def stored_bytes(content: Content, messages: int, *, own_data: Iterable[Mapping[str, Any] | None] = ()) -> int:

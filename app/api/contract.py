@@ -11,7 +11,7 @@ generated from the spec then authenticates, sends idempotently and reads errors 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -178,7 +178,7 @@ PATH_PARAMETER_NAME = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 def path_parameters(rule: str) -> list[dict[str, Any]]:
     """The path parameters of `rule` with their examples, for flask-smorest to merge into the
     ones it reads from the rule (which carry their type)."""
-    names = [PATH_PARAMETER_NAME.fullmatch(found).group(1) for found in PATH_PARAMETER.findall(rule)]
+    names = PATH_PARAMETER_NAME.findall(rule)
     return [{"in": "path", "name": name, "example": examples.PATH_PARAMETERS[name]} for name in names]
 
 
@@ -191,7 +191,7 @@ def document(doc: dict[str, Any], info: Mapping[str, Any], access: Access, app: 
     for status in errors_of(doc, info, access, bool(security)):
         responses[str(status)] = error_of(status, responses.pop(status, None) or responses.pop(str(status), None))
     for status, answer in responses.items():
-        if isinstance(answer, Mapping):
+        if isinstance(answer, MutableMapping):
             if PROJECT_KEY in access.schemes and str(status).startswith("2"):
                 answer["headers"] = {**RATE_LIMIT_HEADERS, **answer.get("headers", {})}
             add_examples(answer.get("content", {}))

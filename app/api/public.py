@@ -7,6 +7,7 @@ import html
 import time
 
 from flask import Response, redirect
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.api.blueprint import Blueprint
 from app.api.context import context
@@ -63,7 +64,7 @@ def open_pixel(token: str) -> Response:
     }
 )
 @blp.alt_response(404, description="The link is not one we made.")
-def click(token: str) -> Response:
+def click(token: str) -> WerkzeugResponse:
     """Click-tracking redirect.
 
     302 to the link the message carried; an expired token still redirects but records nothing.

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Response, abort, flash, redirect, render_template, request, url_for
 
 from app.console.blueprint import blp, read_form
-from app.console.session import current_viewer, project_page, tidings
+from app.console.session import project_page, signed_in_viewer, tidings
 from app.enums import REQUEUABLE_STATUSES, Channel, MessageStatus
 from app.errors import uuid_or_404
 from app.schemas.core import MessageQuerySchema
@@ -66,7 +66,7 @@ def message_page(project_id: str, message_id: str):
         content=content,
         deliveries=deliveries,
         cancellable=message["status"] in {s.value for s in messages.CANCELLABLE},
-        requeueable=message["status"] in REQUEUABLE_STATUSES and current_viewer().admin,
+        requeueable=message["status"] in REQUEUABLE_STATUSES and signed_in_viewer().admin,
     )
 
 
@@ -102,7 +102,7 @@ def requeue_message(project_id: str, message_id: str):
 
 def requeue_dead(project_id: str | None, ids: list[str] | None, status: MessageStatus = MessageStatus.DEAD) -> int:
     """Requeue through operations.requeue, by the console's admin; a project key gets a 403."""
-    if not current_viewer().admin:
+    if not signed_in_viewer().admin:
         abort(403, "Requeueing dead letters needs the admin key.")
     criteria: dict[str, Any] = {"requested_by": "console", "status": status.value}
     if project_id is not None:

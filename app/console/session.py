@@ -88,6 +88,13 @@ def current_viewer() -> Viewer | None:
     return g.viewer
 
 
+def signed_in_viewer() -> Viewer:
+    """The viewer of a page behind `signed_in`, which lets no request without one through."""
+    viewer = current_viewer()
+    assert viewer is not None
+    return viewer
+
+
 def _load_viewer() -> Viewer | None:
     settings = tidings().settings
     signed_in_at = session.get("signed_in_at")
@@ -158,7 +165,7 @@ def project_page(view: View) -> View:
 
     @wraps(view)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        viewer = current_viewer()
+        viewer = signed_in_viewer()
         if viewer.project_id is None:
             return redirect(url_for("console.projects"))
         if not viewer.admin:
@@ -173,7 +180,7 @@ def admin_page(view: View) -> View:
 
     @wraps(view)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if not current_viewer().admin:
+        if not signed_in_viewer().admin:
             abort(403, "This page needs the admin key.")
         return view(*args, **kwargs)
 

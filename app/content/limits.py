@@ -170,8 +170,8 @@ def padded_size(s: str | bytes, width: int, *_: Any) -> int:
 
 
 def expanded_size(s: str | bytes, tabsize: int = 8) -> int:
-    tab = "\t" if isinstance(s, str) else b"\t"
-    return len(s) + s.count(tab) * max(tabsize - 1, 0)
+    tabs = s.count("\t") if isinstance(s, str) else s.count(b"\t")
+    return len(s) + tabs * max(tabsize - 1, 0)
 
 
 def translated_size(s: str | bytes, table: Any, *_: Any) -> int:
@@ -244,7 +244,7 @@ def method_guard(function: Any) -> Callable[..., Any] | None:
     """The checked version of a bound str, bytes or list method that can build a big value,
     called with the method's owner first; None for any other callable."""
     owner = getattr(function, "__self__", None)
-    name = getattr(function, "__name__", None)
+    name = getattr(function, "__name__", "")
     if isinstance(owner, str | bytes):
         return STRING_METHODS.get(name)
     if isinstance(owner, list):

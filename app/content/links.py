@@ -69,18 +69,27 @@ def _comment(body: str, opening: re.Match[str]) -> Token | None:
     return None if close < 0 else Token("comment", opening.start(), close + 3)
 
 
+def _skip(pattern: re.Pattern[str], body: str, at: int) -> int:
+    """Where `pattern` stops matching from `at`: a pattern that matches the empty string matches anywhere."""
+    found = pattern.match(body, at)
+    assert found is not None
+    return found.end()
+
+
 def _tag(body: str, opening: re.Match[str]) -> Token | None:
     """One start tag from its name to its `>`; None when it never ends."""
     is_link = opening.group(1).lower() == "a"
     at = opening.end()
     href = None
     while True:
-        at = _BETWEEN.match(body, at).end()
+        at = _skip(_BETWEEN, body, at)
         if at >= len(body):
             return None
         if body[at] == ">":
             return Token("tag", opening.start(), at + 1, href)
-        name = _NAME.match(body, at).group()
+        named = _NAME.match(body, at)
+        assert named is not None  # what _BETWEEN stopped at is none of the characters a name cannot start with
+        name = named.group()
         at += len(name)
         equals = _EQUALS.match(body, at)
         if equals is None:
@@ -93,7 +102,7 @@ def _tag(body: str, opening: re.Match[str]) -> Token | None:
             value = (at + 1, close)
             at = close + 1
         else:
-            value = (at, _UNQUOTED.match(body, at).end())
+            value = (at, _skip(_UNQUOTED, body, at))
             at = value[1]
         if is_link and href is None and name.lower() == "href":
             href = value  # of two hrefs the first wins, as in a browser

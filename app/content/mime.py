@@ -21,9 +21,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email import errors, policy
-from email.headerregistry import BaseHeader
+from email.headerregistry import AddressHeader, BaseHeader
 from email.message import Message
 from email.parser import BytesParser
+from typing import cast
 
 from app.enums import Priority
 from app.schemas.core import CATEGORY
@@ -113,7 +114,8 @@ def leaves(part: Message) -> Iterator[Message]:
     if part.get_content_maintype() != "multipart":
         yield part
         return
-    for child in part.get_payload():
+    # check_defects refused a multipart part whose body was not split into parts.
+    for child in cast(list[Message], part.get_payload()):
         yield from leaves(child)
 
 
@@ -131,7 +133,8 @@ def is_body(part: Message) -> bool:
 
 
 def body_text(part: Message) -> str:
-    payload = part.get_payload(decode=True)  # base64 and quoted-printable undone; defects noted
+    # Base64 and quoted-printable undone, defects noted; a part that is not multipart decodes to bytes.
+    payload = cast(bytes, part.get_payload(decode=True))
     check_defects(part)
     charset = part.get_content_charset() or "utf-8"  # undeclared 8-bit text is usually UTF-8
     try:
@@ -150,14 +153,19 @@ def attachment(part: Message, number: int) -> Attachment:
     name = part.get_filename()
     filename = decoded(name) if name else f"attachment-{number}{mimetypes.guess_extension(kind) or '.bin'}"
     if (part.get("Content-Transfer-Encoding") or "").strip().lower() == "base64":
-        content = "".join(part.get_payload().split())
+        payload = part.get_payload()
+        if not isinstance(payload, str):  # a message part, read as the message it holds
+            raise Malformed(
+                f"the message part {filename!r} is base64-encoded; message parts are read only as 7bit, 8bit or binary"
+            )
+        content = "".join(payload.split())
         if len(content) % 4 or not BASE64.fullmatch(content):
             raise Malformed(f"the attachment {filename!r} is not valid base64")
         return Attachment(filename, kind, content)
     if part.get_content_maintype() == "message":  # a forwarded message: its parsed parts, written back
-        data = b"".join(inner.as_bytes() for inner in part.get_payload())
+        data = b"".join(inner.as_bytes() for inner in cast(list[Message], part.get_payload()))
     else:
-        data = part.get_payload(decode=True)
+        data = cast(bytes, part.get_payload(decode=True))  # a part that is not multipart decodes to bytes
     return Attachment(filename, kind, base64.b64encode(data).decode("ascii"))
 
 
@@ -190,7 +198,7 @@ def address_header(message: Message, name: str, strict: bool = True) -> str | No
     value = message.get(name)
     if value is None or not value.strip():
         return None
-    parsed = parsed_header(name, value)
+    parsed = cast(AddressHeader, parsed_header(name, value))  # the policy parses an address header as one
     if not parsed.groups or any(not address.domain for address in parsed.addresses):
         if strict:
             raise Malformed(f"{name} is not a list of addresses")

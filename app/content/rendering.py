@@ -34,7 +34,7 @@ import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError, nodes, pass_eval_context
 from jinja2.nodes import EvalContext
@@ -244,7 +244,10 @@ class Sandbox(SandboxedEnvironment):
     def compile_limited(self, tree: nodes.Template) -> SizedTemplate:
         """The template of a parsed tree (checked by `check_shape`), its loops and joins limited."""
         code = self.compile(_Limits().visit(tree), raw=True)
-        template = SizedTemplate.from_code(self, compile(code, "<template>", "exec"), self.make_globals(None))
+        # Jinja's from_code is typed to answer a Template, though it builds the class it is called on.
+        template = cast(
+            SizedTemplate, SizedTemplate.from_code(self, compile(code, "<template>", "exec"), self.make_globals(None))
+        )
         template.code_size = len(code)
         return template
 
@@ -305,6 +308,7 @@ def _unknown_names(field: str, tree: nodes.Template) -> list[str]:
     accepts any name and Jinja looks them up only when it compiles, or, inside an `if`, when
     the branch runs: every render that reaches one fails, so the save must not pass."""
     env = _env_for(field)
+    unknown: list[tuple[str, nodes.Filter | nodes.Test]]
     unknown = [("filter", node) for node in tree.find_all(nodes.Filter) if node.name not in env.filters]
     unknown += [("test", node) for node in tree.find_all(nodes.Test) if node.name not in env.tests]
     return [f"Template syntax error on line {node.lineno}: No {kind} named {node.name!r}." for kind, node in unknown]
@@ -373,17 +377,18 @@ def _unsafe_constructs(tree: nodes.Template) -> list[str]:
     for call in tree.find_all(nodes.Call):
         if isinstance(call.node, nodes.Name) and call.node.name == "range":
             problems += _range_problem(call)
-    for node in tree.find_all(nodes.Mod):
-        if isinstance(node.left, nodes.Const) and isinstance(node.left.value, str):
+    for mod in tree.find_all(nodes.Mod):
+        if isinstance(mod.left, nodes.Const) and isinstance(mod.left.value, str):
             problems.append("%-formatting is not allowed; use filters.")
     return problems
 
 
 def _range_problem(call: nodes.Call) -> list[str]:
-    if not all(isinstance(arg, nodes.Const) and isinstance(arg.value, int) for arg in call.args):
+    bounds = [arg.value for arg in call.args if isinstance(arg, nodes.Const) and isinstance(arg.value, int)]
+    if len(bounds) != len(call.args):
         return []
     try:
-        length = len(range(*(arg.value for arg in call.args)))
+        length = len(range(*bounds))
     except (TypeError, ValueError):
         return []
     return [f"range() is limited to {MAX_RANGE} items."] if length > MAX_RANGE else []
@@ -587,8 +592,10 @@ class TemplateVersion(Protocol):
     key: str
     version: int
     default_locale: str
-    variants: Mapping[str, Any]
     created_at: Any
+
+    @property
+    def variants(self) -> Mapping[str, Any]: ...  # read only, so a row's dict is one
 
 
 def mentions(template: TemplateVersion, name: str) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from sqlalchemy import Row
 
@@ -93,6 +93,11 @@ class UnusableAccount:
     def __init__(self, problem: str):
         self.problem = problem
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        """Never built from settings, as it stands for settings that could not be used."""
+        raise ValueError("an unusable account is made from its problem, not from settings")
+
     def send(self, batch: Sequence[Outbound]) -> list[SendResult]:
         raise ConfigurationError(self.problem)
 
@@ -128,7 +133,8 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
     """Each project's adapter for `provider`, rebuilt where its settings changed since it was cached."""
     with _lock:
         cached = {p: _own.get((provider, p)) for p in versions}
-    stale = [p for p, entry in cached.items() if entry is None or entry[0] != versions[p]]
+    current = {p: entry for p, entry in cached.items() if entry is not None and entry[0] == versions[p]}
+    stale = [p for p in cached if p not in current]
     if stale:
         with session_scope(config.database_url) as session:
             rows = store.project_accounts(session, provider, stale)
@@ -141,8 +147,8 @@ def own_adapters(config: Settings, provider: str, versions: dict[str, datetime])
             _own.update({(provider, p): entry for p, entry in built.items()})
             while len(_own) > MAX_OWN_ACCOUNTS:
                 del _own[next(iter(_own))]
-        cached.update(built)
-    return {p: entry[1] for p, entry in cached.items()}
+        current.update(built)
+    return {p: entry[1] for p, entry in current.items()}
 
 
 def own_env(config: Settings, provider: str, sealed: str) -> dict[str, str]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
+from kombu.connection import ConnectionPool
 from kombu.transport.redis import PRIORITY_STEPS
 from kombu.transport.redis import Channel as RedisChannel
 from sqlalchemy import text
@@ -46,7 +48,9 @@ def queue_depths(broker_url: str, queues: Sequence[str]) -> dict[str, int]:
         per_queue = len(PRIORITY_STEPS)
         return {queue: sum(lengths[i * per_queue : (i + 1) * per_queue]) for i, queue in enumerate(queues)}
     depths: dict[str, int] = {}
-    with celery_app.pool.acquire(block=True, timeout=5) as connection:
+    # A pool of broker connections (Connection.Pool), which celery-types calls a ProducerPool.
+    pool = cast(ConnectionPool, celery_app.pool)
+    with pool.acquire(block=True, timeout=5) as connection:
         channel = connection.channel()
         try:
             for queue in queues:
@@ -92,7 +96,7 @@ def pending_lanes(session: Session, project: str | None = None) -> list[Lane]:
         Lane(
             prepare_queue(row.priority) if row.status == "accepted" else deliver_queue(row.provider, row.priority),
             row.status,
-            row.count,
+            row._mapping["count"],  # row.count is also Sequence's method, and mypy sees that one
             max(float(row.oldest), 0.0),
         )
         for row in rows

@@ -21,6 +21,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 import redis
 
@@ -194,7 +195,14 @@ class CircuitBreakers:
         self.client.delete(key, key + ":window", key + ":probe")
 
 
-def _window_counts(batches: list[tuple[bytes, float]], since_ms: float) -> dict[str, int]:
+class WindowCounts(TypedDict):
+    """A circuit's window counts, by the names of its fields, so they can be `replace`d in."""
+
+    recent_answered: int
+    recent_failed: int
+
+
+def _window_counts(batches: list[tuple[bytes, float]], since_ms: float) -> WindowCounts:
     """What the window's batches ("<id>:<ok>:<failed>", scored by time) add up to, counting
     only those still inside it: the set is trimmed when the next batch is recorded."""
     answered = failed = 0
@@ -209,7 +217,7 @@ def _circuit(row: list[bytes | None], now_ms: int) -> Circuit:
     state, open_until, failures = (value.decode() if value is not None else None for value in row)
     if state != "open":
         return Circuit(CircuitState.CLOSED, failures=int(failures or 0))
-    left = (int(open_until) - now_ms) / 1000
+    left = (int(open_until or 0) - now_ms) / 1000  # the script sets it with the state
     if left > 0:
         return Circuit(CircuitState.OPEN, seconds_left=left)
     return Circuit(CircuitState.HALF_OPEN, seconds_left=0.0)

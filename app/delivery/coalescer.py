@@ -129,7 +129,8 @@ def with_request_ids(fair: FairChunks, by_project: dict[str, dict[str, str | Non
     for any of them finds the prepare and deliver lines of its message."""
     requests = sorted({request for sent in by_project.values() for request in sent.values()} - {None})
     if requests:
-        fair.token.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})
+        # celery-types takes only str headers; Celery sends any JSON.
+        fair.token.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})  # type: ignore[dict-item]
     return fair
 
 

@@ -50,7 +50,9 @@ class ProviderPauses:
         """The pause of `provider` (or of a project's own account with it), if any."""
         key = PREFIX + provider
         with self.client.pipeline() as pipe:
-            reason, milliseconds = pipe.get(key).pttl(key).execute()
+            pipe.get(key)
+            pipe.pttl(key)
+            reason, milliseconds = pipe.execute()
         if reason is None:
             return None
         return Pause(provider, reason.decode(), None if milliseconds == -1 else milliseconds / 1000)

@@ -29,7 +29,7 @@ class Channel(kombu_redis.Channel):
         """The pool's parameters, or a connection error once the channel's connection is closed."""
         if self.connection is None or self.connection.client is None:
             raise RedisConnectionError("this channel's broker connection is closed")
-        return super()._connparams(asynchronous=asynchronous)
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]  # kombu-stubs leave it out
 
 
 class Transport(kombu_redis.Transport):

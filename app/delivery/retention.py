@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.enums import ACTIVE_STATUSES
 
 DEFAULT_RETENTION_DAYS = 30
@@ -94,7 +95,7 @@ def _in_batches(db: sessionmaker[Session], statement: str, params: dict[str, Any
     deleted = 0
     while time.monotonic() <= deadline:
         with db.begin() as session:
-            moved = session.execute(text(statement), params).rowcount
+            moved = changed_rows(session, text(statement), params)
         deleted += moved
         if moved < params["batch"]:
             return deleted, True

@@ -31,6 +31,8 @@ from urllib.parse import quote, unquote
 import redis
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
+from app.redis_client import hash_of
+
 logger = logging.getLogger(__name__)
 
 HASH = "tidings:counters"
@@ -180,7 +182,7 @@ class RedisCounterCollector:
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         try:
-            values = self.client.hgetall(HASH)
+            values = hash_of(self.client, HASH)
         except redis.RedisError:
             return
         counters: dict[str, dict[str, float]] = defaultdict(dict)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import redis
 from prometheus_client.core import GaugeMetricFamily
+from redis.typing import EncodableT, FieldT
 
 from app.observability.counters import labels_text, parse_labels, well_formed
+from app.redis_client import hash_of
 
 HASH = "tidings:gauges"
 MEASURED_AT = "measured_at"
@@ -34,7 +36,7 @@ class Gauge:
 
 def store(client: redis.Redis, gauges: Sequence[Gauge], now: float | None = None) -> None:
     """Replace the last measurement whole, so a lane that emptied disappears."""
-    fields: dict[str, float] = {f"{g.name}|{labels_text(g.labels)}": g.value for g in gauges}
+    fields: dict[FieldT, EncodableT] = {f"{g.name}|{labels_text(g.labels)}": g.value for g in gauges}
     fields[MEASURED_AT] = now or time.time()
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(HASH)
@@ -55,7 +57,7 @@ class GaugeCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            values = self.client.hgetall(HASH)
+            values = hash_of(self.client, HASH)
         except redis.RedisError:
             return
         series: dict[str, dict[str, float]] = {name: {} for name in GAUGES}

@@ -19,6 +19,7 @@ import redis
 from prometheus_client.core import GaugeMetricFamily
 
 from app.observability.counters import labels_text, parse_labels, well_formed
+from app.redis_client import hash_of
 
 HASH = "tidings:quota:usage"
 
@@ -45,7 +46,7 @@ def current_usage(client: redis.Redis, project: str | None = None, now: float | 
     """Every (project, channel) that used a quota today, by project and channel."""
     now = time.time() if now is None else now
     found, over = [], []
-    for raw_field, raw_value in client.hgetall(HASH).items():
+    for raw_field, raw_value in hash_of(client, HASH).items():
         field = raw_field.decode()
         used, limit, resets_at = (float(part) for part in raw_value.split())
         if resets_at <= now:

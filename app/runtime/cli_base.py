@@ -40,7 +40,9 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except HTTPException as error:
             data = getattr(error, "data", None) or {}
             errors = data.get("errors")
-            fail(data.get("message", error.description) + (f" ({_field_errors(errors)})" if errors else ""))
+            fail(
+                data.get("message", error.description or error.name) + (f" ({_field_errors(errors)})" if errors else "")
+            )
 
     return wrapper
 

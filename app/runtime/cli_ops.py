@@ -153,13 +153,13 @@ def send(project: str, address: str, channel: str, subject: str, body: str, test
     """Send one test notification through the whole pipeline."""
     from app.access.auth import Caller
     from app.access.limits import send_limits
-    from app.enums import KeyKind
+    from app.enums import Channel, KeyKind
     from app.schemas.core import ADDRESS_FOR_CHANNEL, SendSchema
     from app.services import messages
     from app.services import projects as service
 
     ops = connect()
-    kind = ADDRESS_FOR_CHANNEL[channel]
+    kind = ADDRESS_FOR_CHANNEL[Channel(channel)]
     raw = {"channel": channel, "to": {kind: address}, "content": {"subject": subject, "text": body}}
     if channel != "email":
         raw["content"] = {"text": body}
@@ -323,7 +323,7 @@ def check_worker(node: str | None, timeout: float) -> None:
     from app.delivery.broker import configure
 
     node = node or f"celery@{socket.gethostname()}"
-    replies = configure(Settings.from_env()).control.ping(destination=[node], timeout=timeout)
+    replies = configure(Settings.from_env()).control.ping(destination=[node], timeout=timeout) or []
     if not any(node in reply for reply in replies):
         raise click.ClickException(f"{node} did not answer within {timeout:g}s")
     click.echo(f"{node} ok")

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import requests
 from sqlalchemy import select
@@ -124,6 +124,11 @@ def _spawn(role: str, env: dict[str, str]) -> subprocess.Popen:
     )
 
 
+def _role(child: subprocess.Popen) -> str:
+    """The role a child runs: the last argument `_spawn` gave it."""
+    return cast(list[str], child.args)[-1]
+
+
 def _wait_ready(url: str, children: list[subprocess.Popen]) -> bool:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
@@ -195,11 +200,11 @@ def _supervise(children: list[subprocess.Popen], env: dict[str, str]) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    restarts = {child.args[-1]: _Restarts() for child in children}
+    restarts = {_role(child): _Restarts() for child in children}
     while not stop_requested:
         now = time.monotonic()
         for index, child in enumerate(children):
-            role = child.args[-1]
+            role = _role(child)
             state = restarts[role]
             if child.poll() is None:
                 continue
@@ -224,7 +229,7 @@ def _supervise(children: list[subprocess.Popen], env: dict[str, str]) -> int:
 def _stop(children: list[subprocess.Popen]) -> None:
     for child in children:
         if child.poll() is None:
-            child.send_signal(STOP_SIGNALS[child.args[-1]])
+            child.send_signal(STOP_SIGNALS[_role(child)])
     deadline = time.monotonic() + STOP_TIMEOUT
     for child in children:
         try:

@@ -44,10 +44,10 @@ class SubscriberData(fields.Dict):
         return loaded
 
 
-class PushTokens(fields.List):
+class PushTokens(fields.List[str]):
     """A subscriber's devices, each once: a device listed twice would get every push twice."""
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str | None]:
         return list(dict.fromkeys(super()._deserialize(value, attr, data, **kwargs)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from marshmallow import ValidationError
 from sqlalchemy import func, select, update
@@ -80,7 +80,8 @@ def _check_row(channel: Channel, row: Any) -> intake.BatchRecipient | dict[str, 
         kind, value = kinds[0], row[kinds[0]]
         try:
             stripped = value.strip() if isinstance(value, str) else value  # as RecipientSchema.strip_spaces
-            address = intake.recipient_of(kind, ROW_FIELDS[kind].deserialize(stripped))
+            # No address field allows None.
+            address = intake.recipient_of(kind, cast(str, ROW_FIELDS[kind].deserialize(stripped)))
         except ValidationError as error:
             errors[kind] = error.messages
     data = row.get("data")

@@ -42,6 +42,7 @@ def summary(session: Session, message_id: Any) -> dict[str, Any]:
         text("SELECT kind, link, count FROM message_engagements WHERE message_id = :id ORDER BY first_at, link"),
         {"id": message_id},
     ).all()
-    links = [{"url": row.link, "clicks": row.count} for row in rows if row.kind == EventType.CLICKED]
-    opens = sum(row.count for row in rows if row.kind == EventType.OPENED)
+    # Row.count is also Sequence's method: mypy sees that one; the mapping has only the column.
+    links = [{"url": row.link, "clicks": row._mapping["count"]} for row in rows if row.kind == EventType.CLICKED]
+    opens = sum(row._mapping["count"] for row in rows if row.kind == EventType.OPENED)
     return {"opens": opens, "clicks": sum(link["clicks"] for link in links), "links": links}

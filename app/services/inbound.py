@@ -312,6 +312,7 @@ def suppress(session: Session, matched: Sequence[tuple[InboundEvent, Row]]) -> s
 
 def event_data(provider: str, event: InboundEvent, row: Row, suppressed: set[str]) -> dict[str, Any]:
     data: dict[str, Any] = {"provider": provider, "provider_event": event.name}
+    reason = suppression_reason(event) if event.key in suppressed else None
     optional = {
         # The message was `unknown` or `sending` (its worker stopped mid-call, or may have)
         # and this report settles it.
@@ -319,7 +320,7 @@ def event_data(provider: str, event: InboundEvent, row: Row, suppressed: set[str
         "provider_message_id": event.provider_message_id,
         "bounce": event.bounce,
         "occurred_at": event.occurred_at,
-        "suppressed": suppression_reason(event).value if event.key in suppressed else None,
+        "suppressed": reason.value if reason is not None else None,
     }
     data.update({key: value for key, value in optional.items() if value is not None})
     data["raw"] = event.raw

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.content import tokens
 from app.content.tokens import SUBSCRIBER_TOKEN_PREFIX, Purpose
 from app.enums import InboxStatus
@@ -125,13 +126,14 @@ def mark(db: sessionmaker[Session], project_id: str, subscriber_id: str, message
     key = str(uuid_or_404(message_id, "inbox item"))
     change, allowed = TRANSITIONS[to]
     with db.begin() as session:
-        changed = session.execute(
+        changed = changed_rows(
+            session,
             text(
                 f"UPDATE inbox_items SET {change} WHERE message_id = CAST(:id AS uuid) "
                 f"AND project_id = :project AND subscriber_id = :subscriber AND {allowed}"
             ),
             {**_scope(project_id, subscriber_id), "id": key},
-        ).rowcount
+        )
         if changed:
             _announce_change(session, project_id, subscriber_id)
     item = find_item(db, project_id, subscriber_id, key)
@@ -143,13 +145,14 @@ def mark(db: sessionmaker[Session], project_id: str, subscriber_id: str, message
 def read_all(db: sessionmaker[Session], project_id: str, subscriber_id: str) -> dict[str, int]:
     with db.begin() as session:
         require_subscriber(session, project_id, subscriber_id)
-        changed = session.execute(
+        changed = changed_rows(
+            session,
             text(
                 "UPDATE inbox_items SET status = 'read', read_at = now() "
                 "WHERE project_id = :project AND subscriber_id = :subscriber AND status = 'unread'"
             ),
             _scope(project_id, subscriber_id),
-        ).rowcount
+        )
         if changed:
             _announce_change(session, project_id, subscriber_id)
         return {"changed": changed, **_counts(session, project_id, subscriber_id)}

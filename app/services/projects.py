@@ -17,6 +17,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.access.auth import PREFIX_LENGTH, hash_key, new_key
+from app.changed_rows import changed_rows
 from app.crypto import encrypt
 from app.enums import KeyKind
 from app.errors import abort, uuid_or_404
@@ -79,7 +80,7 @@ def update_project(db: sessionmaker[Session], client: redis.Redis, project_id: s
 def delete_project(db: sessionmaker[Session], client: redis.Redis, project_id: str) -> None:
     """Delete a project with everything it owns (keys, subscribers, messages, events)."""
     with db.begin() as session:
-        if session.execute(delete(Project).where(Project.id == project_id)).rowcount == 0:
+        if changed_rows(session, delete(Project).where(Project.id == project_id)) == 0:
             abort(404, f"No project {project_id!r}.")
     forget_all(client)
 
@@ -106,15 +107,16 @@ def create_key(db: sessionmaker[Session], project_id: str, name: str, kind: KeyK
 def revoke_key(db: sessionmaker[Session], client: redis.Redis, project_id: str, key_id: str) -> None:
     """Revoke a key; every API process refuses it from the next request on."""
     with db.begin() as session:
-        revoked = session.execute(
+        revoked = changed_rows(
+            session,
             update(ApiKey)
             .where(
                 ApiKey.id == uuid_or_404(key_id, "key"),
                 ApiKey.project_id == project_id,
                 ApiKey.revoked_at.is_(None),
             )
-            .values(revoked_at=func.now())
-        ).rowcount
+            .values(revoked_at=func.now()),
+        )
     if revoked == 0:
         abort(404, f"No active key {key_id!r} in project {project_id!r}.")
     forget_all(client)

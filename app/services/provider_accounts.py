@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.config import Settings
 from app.delivery.adapters import own_scope
 from app.delivery.pauses import ProviderPauses
@@ -104,10 +105,11 @@ def list_all(db: sessionmaker[Session], settings: Settings, client: redis.Redis,
 def delete(db: sessionmaker[Session], client: redis.Redis, project_id: str, provider: str) -> None:
     """Back to the deployment's account; the project's own pause goes with it."""
     with db.begin() as session:
-        removed = session.execute(
+        removed = changed_rows(
+            session,
             text("DELETE FROM project_providers WHERE project_id = :project AND provider = :provider"),
             {"project": project_id, "provider": provider},
-        ).rowcount
+        )
     if removed == 0:
         abort(404, f"Project {project_id!r} has no account of its own with {provider!r}.")
     ProviderPauses(client).resume(own_scope(provider, project_id))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from marshmallow import ValidationError
 from sqlalchemy import Row, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.content.addresses import normalise_address
 from app.delivery import store
 from app.delivery.store import NewEvent
@@ -66,11 +67,12 @@ def import_many(db: sessionmaker[Session], project_id: str, raw_rows: Sequence[A
     A bad row never blocks the good ones, and the good ones are written all together or
     not at all. A subscriber given twice keeps its first row; the later ones are rejected.
     """
+    errors: dict[int, Any]
     try:
         # One load of the whole list: 1.7 times faster than a load per row, same messages.
         loaded, errors = SubscriberImportRowSchema(many=True).load(raw_rows), {}
     except ValidationError as error:
-        loaded, errors = error.valid_data, error.messages
+        loaded, errors = error.valid_data, cast(dict[int, Any], error.messages)  # many=True: by row
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     first_index: dict[str, int] = {}
@@ -159,9 +161,9 @@ def erase(db: sessionmaker[Session], project_id: str, external_id: str) -> None:
     scope = {"project": project_id, "subscriber": external_id}
     mine = "m.project_id = :project AND m.subscriber_id = :subscriber"
     with db.begin() as session:
-        deleted = session.execute(
-            text("DELETE FROM subscribers WHERE project_id = :project AND external_id = :subscriber"), scope
-        ).rowcount
+        deleted = changed_rows(
+            session, text("DELETE FROM subscribers WHERE project_id = :project AND external_id = :subscriber"), scope
+        )
         if deleted == 0:
             abort(404, f"No subscriber {external_id!r}.")
         cancelled = session.execute(

@@ -18,6 +18,7 @@ from marshmallow import ValidationError, validate
 from sqlalchemy import Row, delete, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.content.addresses import normalise_address
 from app.enums import Channel, SuppressionReason
 from app.errors import abort, field_error
@@ -116,13 +117,14 @@ def remove(db: sessionmaker[Session], project_id: str, channel: str, address: st
     if channel not in {c.value for c in Channel}:
         abort(404, f"No suppression of {address!r} on {channel!r}.")
     with db.begin() as session:
-        removed = session.execute(
+        removed = changed_rows(
+            session,
             delete(Suppression).where(
                 Suppression.project_id == project_id,
                 Suppression.channel == Channel(channel),
                 Suppression.address == normalise_address(channel, address),
-            )
-        ).rowcount
+            ),
+        )
     if removed == 0:
         abort(404, f"No suppression of {address!r} on {channel}.")
 

@@ -37,7 +37,7 @@ from app.remembered import Remembered, forget_all, request_generation
 from app.services import email_extras
 
 # What a variant must have for its channel to send anything: all of one group, per channel.
-REQUIRED = {
+REQUIRED: dict[Channel, list[tuple[str, ...]]] = {
     Channel.EMAIL: [("subject", "text"), ("subject", "html")],
     Channel.SMS: [("text",)],
     Channel.PUSH: [("title",), ("body",)],

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Row, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.changed_rows import changed_rows
 from app.errors import abort
 from app.models import Topic, TopicMember
 from app.pagination import decode_cursor, page
@@ -52,10 +53,12 @@ def get(db: sessionmaker[Session], project_id: str, key: str) -> dict[str, Any]:
 def delete(db: sessionmaker[Session], project_id: str, key: str) -> None:
     """The topic goes, and its memberships with it (the foreign key cascades)."""
     with db.begin() as session:
-        deleted = session.execute(
-            text("DELETE FROM topics WHERE project_id = :project AND key = :key"), {"project": project_id, "key": key}
+        deleted = changed_rows(
+            session,
+            text("DELETE FROM topics WHERE project_id = :project AND key = :key"),
+            {"project": project_id, "key": key},
         )
-        if deleted.rowcount == 0:
+        if deleted == 0:
             abort(404, f"No topic {key!r}.")
 
 
@@ -104,7 +107,8 @@ def remove_members(
     """End the subscribers' memberships; how many were members."""
     with db.begin() as session:
         _topic(session, project_id, key)
-        removed = session.execute(
+        removed = changed_rows(
+            session,
             text(
                 """
                 DELETE FROM topic_members
@@ -112,7 +116,7 @@ def remove_members(
                 """
             ),
             {"project": project_id, "key": key, "ids": list(subscriber_ids)},
-        ).rowcount
+        )
     return {"removed": removed}
 
 
@@ -133,9 +137,9 @@ def members_page(
 
 
 def member_count(session: Session, project_id: str, key: str) -> int:
-    return session.scalar(
+    return session.execute(
         select(func.count()).where(TopicMember.project_id == project_id, TopicMember.topic_key == key)
-    )
+    ).scalar_one()
 
 
 def of_subscriber(session: Session, project_id: str, subscriber_id: str) -> list[str]:

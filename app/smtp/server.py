@@ -14,6 +14,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
+from typing import Any
 
 from aiosmtpd.controller import Controller
 
@@ -50,7 +51,7 @@ class SmtpServer:
     def __init__(self, settings: Settings, config: SmtpSettings):
         self.config = config
         self.pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="tidings-smtp")
-        shared = {
+        shared: dict[str, Any] = {
             "server_hostname": config.hostname,
             "ident": "Tidings",
             "auth_required": True,

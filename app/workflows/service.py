@@ -61,7 +61,7 @@ def put(db: sessionmaker[Session], project_id: str, key: str, body: dict[str, An
 def _check_templates(session: Session, project_id: str, compiled: list[dict[str, Any]]) -> None:
     """422 unless every send step's template exists, for its channel."""
     used = definition.templates_used(compiled)
-    found = dict(
+    found: dict[str, str] = dict(
         session.execute(
             text(
                 """
@@ -70,7 +70,9 @@ def _check_templates(session: Session, project_id: str, compiled: list[dict[str,
                 """
             ),
             {"project": project_id, "keys": sorted({key for key, _ in used})},
-        ).all()
+        )
+        .tuples()
+        .all()
     )
     problems = sorted(
         {

@@ -6,7 +6,7 @@ under the standard's own names). One event per request; `svix-id` identifies it 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from providers import signing
 from providers.inbound.base import (
@@ -64,7 +64,8 @@ class ResendReceiver:
         name = str(payload.get("type"))
         if name in REDUNDANT:
             return []
-        data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+        found = payload.get("data")
+        data = found if isinstance(found, dict) else {}
         kind = EVENTS.get(name, Kind.UNKNOWN)
         to = data.get("to")
         return [
@@ -82,7 +83,8 @@ class ResendReceiver:
         ]
 
 
-def bounce_type(data: Mapping) -> str:
+def bounce_type(data: Mapping[str, Any]) -> str:
     """Resend sends `email.bounced` for permanent rejections; its `bounce.type` says so."""
-    bounce = data.get("bounce") if isinstance(data.get("bounce"), dict) else {}
+    found = data.get("bounce")
+    bounce = found if isinstance(found, dict) else {}
     return SOFT if str(bounce.get("type", "Permanent")).lower() in ("transient", "undetermined") else HARD

@@ -225,9 +225,10 @@ class SesReceiver:
 
 
 def event_of(key: str, name: str, inner: Mapping[str, Any]) -> InboundEvent:
-    mail = inner.get("mail") if isinstance(inner.get("mail"), dict) else {}
-    detail = inner.get(name[0].lower() + name[1:].replace(" ", ""))
-    detail = detail if isinstance(detail, dict) else {}
+    mail = inner.get("mail")
+    mail = mail if isinstance(mail, dict) else {}
+    found = inner.get(name[0].lower() + name[1:].replace(" ", ""))
+    detail = found if isinstance(found, dict) else {}
     kind = EVENTS.get(name, Kind.UNKNOWN)
     if name == "Subscription" and not (detail.get("newTopicPreferences") or {}).get("unsubscribeAll"):
         kind = Kind.UNKNOWN  # preferences changed, but not an unsubscribe from everything

@@ -126,6 +126,12 @@ def test_priority_and_category():
         ),
         (b"just some words\r\n", "a header line has no colon"),
         (b"Subject: x\r\nContent-Transfer-Encoding: base64\r\n\r\nYWJ\r\n", "a base64 part is wrongly padded"),
+        (  # RFC 2046 allows message/rfc822 only 7bit, 8bit or binary; it came to 451, try again, for ever
+            b"Subject: x\r\nContent-Type: message/rfc822\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+            b"U3ViamVjdDogaGkNCg0KYm9keQ==\r\n",
+            "the message part 'attachment-1.eml' is base64-encoded; "
+            "message parts are read only as 7bit, 8bit or binary",
+        ),
         (
             b"Subject: x\r\nContent-Type: text/plain; charset=nope\r\n\r\nhi\r\n",
             "a text part names the unknown charset 'nope'",
