@@ -127,7 +127,7 @@ def publish_prepares(waiting: dict[str, dict[str, dict[str, str | None]]]) -> No
 def with_request_ids(fair: FairChunks, by_project: dict[str, dict[str, str | None]]) -> FairChunks:
     """The flush's request ids on its tokens: a token takes ids of several sends, so a grep
     for any of them finds the prepare and deliver lines of its message."""
-    requests = sorted({request for sent in by_project.values() for request in sent.values()} - {None})
+    requests = sorted({request for sent in by_project.values() for request in sent.values() if request is not None})
     if requests:
         # celery-types takes only str headers; Celery sends any JSON.
         fair.token.set(headers={logs.TASK_HEADER: requests[0] if len(requests) == 1 else requests})  # type: ignore[dict-item]
