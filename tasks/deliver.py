@@ -30,7 +30,7 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, devices, failover, follow_ups, instrument, isolation, reports
+from tasks import attachments, devices, failover, follow_ups, instrument, isolation, kept_answers, reports
 from tasks.heartbeat import current_worker
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, settle_repeat, waiting_groups
 from tasks.shutdown import stopping
@@ -201,13 +201,14 @@ def send_claimed(
     sent_as = {unit.id: unit for unit in units}
     results = [r for _, run in runs for r in run.results]
     applied: dict[str, dict[str, Any]] = {}
+    written: set[str] = set()  # what is in PostgreSQL already, should the rest be written again
 
     broken = False
 
     def finish(part: Sequence[str]) -> None:
         """Write the fates of `part` in one transaction (tasks/isolation.py halves it on a poison)."""
         nonlocal broken
-        if len(part) < len(outcomes) and not broken:  # halved: the claim's calls cannot be rebuilt
+        if len(part) < len(outcomes) - len(written) and not broken:  # halved: the calls cannot be rebuilt
             with session_scope(config.database_url) as session:
                 store.break_claim(session, [o.message_id for o in outcomes])
             broken = True
@@ -224,10 +225,26 @@ def send_claimed(
                 for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                     enqueue_after_commit(session, signature)
         applied.update(done)
+        written.update(wanted)
 
     fail = isolation.fail_message(config, "finalise", MessageStatus.SENDING)
-    with isolation.batch("finalise", [o.message_id for o in outcomes], config=config, fail_alone=fail) as door:
-        door.in_halves(finish)
+
+    def write() -> None:
+        """Write what is not written yet through the door; a poison fails alone, and is written too."""
+        left = [o.message_id for o in outcomes if o.message_id not in written]
+        with isolation.batch("finalise", left, config=config, fail_alone=fail) as door:
+            try:
+                door.in_halves(finish)
+            finally:
+                written.update(door.failed)
+
+    def keep(key: str, until: float) -> kept_answers.Kept:
+        """What is not written yet, as the sweeper would write it should this process die."""
+        left = [o for o in outcomes if o.message_id not in written]
+        events = events_for(left, rows, folded.summaries)
+        return kept_answers.Kept(key, current_worker(), tuple(left), tuple(events), until)
+
+    kept_answers.write_or_keep(client, write, keep)
     for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
         increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
     instrument.delivered(client, provider, claimed, outcomes, [s for _, run in runs for s in run.call_seconds])
