@@ -190,8 +190,9 @@ def test_answers_of_a_call_made_while_postgres_went_away_are_written_when_it_ret
         stopped = time.monotonic()
     finally:
         held.release()
-    stack.wait_for_log("a", "answers kept (in memory and Redis)")
-    if worker_killed:
+    wait_until(provider.open_requests, lambda open_now: not open_now, 30, "the held call answered")
+    if worker_killed:  # once it kept the answers, which it could not write
+        stack.wait_for_log("a", "answers kept (in memory and Redis)")
         stack.signal("a", signal.SIGKILL)
     time.sleep(max(0.0, stopped + OUTAGE_SECONDS - time.monotonic()))  # the outage's length, not a wait for a state
     own_postgres.start()
