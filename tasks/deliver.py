@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
+from celery import Task
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
@@ -30,7 +31,7 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, devices, failover, follow_ups, instrument, isolation, kept_answers, reports
+from tasks import attachments, devices, failover, follow_ups, instrument, isolation, kept_answers, reconnect, reports
 from tasks.heartbeat import current_worker
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, settle_repeat, waiting_groups
 from tasks.shutdown import stopping
@@ -41,35 +42,47 @@ logger = logging.getLogger(__name__)
 CONFIGURATION_PAUSE_SECONDS = 300
 
 
-@celery_app.task(name="tidings.deliver")
-def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
+@celery_app.task(name="tidings.deliver", bind=True)
+def deliver(self: Task, provider: str, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Send the ready messages among `ids` through `provider`.
 
     A paused provider or an exhausted pace sends the messages back to the broker with a
     countdown; neither uses an attempt. An open circuit hands them to the next provider of
     their channel. The database session is closed during the provider call, so a slow
-    provider holds no connection and no row lock.
+    provider holds no connection and no row lock. A lost connection runs the task again
+    within seconds (tasks/reconnect.py).
     """
-    deliver_batch(current_settings(), provider, ids, priority)
+    with reconnect.again_on_lost_connection(self):
+        deliver_batch(current_settings(), provider, ids, priority)
 
 
-@celery_app.task(name="tidings.deliver_next")
-def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
+@celery_app.task(name="tidings.deliver_next", bind=True)
+def deliver_next(self: Task, provider: str, priority: str = Priority.BULK) -> None:
     """Deliver the bulk chunk whose project's turn it is (app/delivery/fairness.py).
 
     What the provider's pace does not admit goes back to the head of its project's list,
     and this token tries again later (`spread`): a campaign's thousand tokens do not all
     wake every second. Whichever token wakes takes the chunk whose turn it is. Only rows
     still to send ask the pace for room: the sweeper dispatches rows that wait their turn
-    long again, and a repeat must not spend the provider's rate on rows already sent.
+    long again, and a repeat must not spend the provider's rate on rows already sent. A
+    chunk taken whose run loses a connection goes again as a deliver task of its own.
     """
     config = current_settings()
     client = redis_for(config.redis_url)
     lane = deliver_queue(provider, priority)
-    taken = fairness.withdraw(client, lane)
+    with reconnect.again_on_lost_connection(self):
+        taken = fairness.withdraw(client, lane)
     if taken is None:
         return
     project, ids = taken
+    with reconnect.again_on_lost_connection(self, lambda wait: redeliver(provider, priority, ids, wait)):
+        deliver_turn(config, client, provider, priority, project, ids)
+
+
+def deliver_turn(
+    config: Settings, client: redis.Redis, provider: str, priority: str, project: str, ids: list[str]
+) -> None:
+    """The chunk of `project` whose turn it is, through the provider's pace."""
     rate = config.rates.get(provider)
     if rate is not None:
         with session_scope(config.database_url) as session:
@@ -79,6 +92,7 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
         grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
         if grant.granted < len(ids):
             rest = ids[grant.granted :]
+            lane = deliver_queue(provider, priority)
             wait = grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids))
             postpone(config, provider, priority, rest, wait, project)  # first of its project's turn again
             increment(client, "pacing_postponed", len(rest), provider=provider)
@@ -87,18 +101,27 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
         deliver_batch(config, provider, ids, priority, project, pace=False)
 
 
-@celery_app.task(name="tidings.deliver_waiting")
-def deliver_waiting(provider: str, priority: str) -> None:
+@celery_app.task(name="tidings.deliver_waiting", bind=True)
+def deliver_waiting(self: Task, provider: str, priority: str) -> None:
     """Deliver a provider-sized batch of what waited out a pause or the pace together
     (app/delivery/waiting_room.py), at the provider's pace."""
     config = current_settings()
     client = redis_for(config.redis_url)
-    ids = waiting_room.take(client, provider, priority, dispatch.deliver_chunk(provider))
+    with reconnect.again_on_lost_connection(self):
+        ids = waiting_room.take(client, provider, priority, dispatch.deliver_chunk(provider))
     try:
         if ids:
-            deliver_batch(config, provider, ids, priority)
+            with reconnect.again_on_lost_connection(self, lambda wait: redeliver(provider, priority, ids, wait)):
+                deliver_batch(config, provider, ids, priority)
     finally:
         waiting_room.release_more(client, provider, priority)
+
+
+def redeliver(provider: str, priority: str, ids: Sequence[str], wait: float) -> None:
+    """Deliver tasks of their own, after `wait`, for `ids` that a run took from a list in
+    Redis (a project's turn, a waiting room) and could not send for a lost connection."""
+    for signature in dispatch.deliver(provider, priority, ids, wait):
+        publish(signature)
 
 
 def spread(waiting: int, rate: float, chunk: int) -> float:

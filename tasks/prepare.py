@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from celery import Task
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
@@ -51,23 +52,35 @@ from app.delivery.prepare_store import Plan, Rendered
 from app.delivery.queues import prepare_queue
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
-from tasks import devices, instrument, isolation, routing
+from tasks import devices, instrument, isolation, reconnect, routing
 
 
-@celery_app.task(name="tidings.prepare")
-def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
+@celery_app.task(name="tidings.prepare", bind=True)
+def prepare(self: Task, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Decide every accepted message of the batch and hand the sendable ones to deliver; a
-    message the batch cannot handle fails alone (tasks/isolation.py)."""
-    prepare_chunk(current_settings(), ids, priority)
+    message the batch cannot handle fails alone (tasks/isolation.py), and a lost connection
+    runs the task again within seconds (tasks/reconnect.py)."""
+    with reconnect.again_on_lost_connection(self):
+        prepare_chunk(current_settings(), ids, priority)
 
 
-@celery_app.task(name="tidings.prepare_next")
-def prepare_next(priority: str = Priority.BULK) -> None:
-    """Prepare the bulk chunk whose project's turn it is (app/delivery/fairness.py)."""
+@celery_app.task(name="tidings.prepare_next", bind=True)
+def prepare_next(self: Task, priority: str = Priority.BULK) -> None:
+    """Prepare the bulk chunk whose project's turn it is (app/delivery/fairness.py); one
+    whose run loses a connection goes again as a prepare task of its own."""
     config = current_settings()
-    taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
-    if taken is not None:
-        prepare_chunk(config, taken[1], priority)
+    with reconnect.again_on_lost_connection(self):
+        taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority))
+    if taken is None:
+        return
+    ids = taken[1]
+
+    def again(wait: float) -> None:
+        for signature in dispatch.prepare(ids, priority):
+            publish(signature.set(countdown=wait))
+
+    with reconnect.again_on_lost_connection(self, again):
+        prepare_chunk(config, ids, priority)
 
 
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:

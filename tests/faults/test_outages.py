@@ -218,6 +218,55 @@ def test_answers_of_a_call_made_while_postgres_went_away_are_written_when_it_ret
     stack.stop()
 
 
+# Seconds PostgreSQL stays away mid-drain, and within how long of its return the drain goes on.
+RESUMES_WITHIN = 5.0
+
+
+def test_the_drain_resumes_within_seconds_of_postgres_returning(make_stack, provider, own_postgres):
+    """PostgreSQL stops mid-drain for ten seconds. The prepare and deliver tasks that fail
+    meanwhile run again on a short backoff, so the drain goes on within seconds of its
+    return and settles within 15 s plus the time the rest takes to send, with the stalled
+    sweep (STALLED_AFTER_SECONDS) far beyond the test's deadlines: only the retries can."""
+    own = own_postgres.engine
+    ids = insert_accepted(own, new_project(own), 1000)
+    stack = make_stack(DATABASE_URL=own_postgres.url, STALLED_AFTER_SECONDS="600")
+    stack.publish_prepare(ids)
+    stack.start_beat()
+    stack.start_worker("worker", "--concurrency", str(CONCURRENCY))
+    at_stop = wait_until_mid_drain(own, ids)
+    first_call = provider.calls[0].started
+    own_postgres.pg_ctl("-m", "immediate", "stop")
+    stopped = time.time()
+    pace = at_stop["sent"] / (stopped - first_call)  # messages a second before the outage
+    time.sleep(OUTAGE_SECONDS)  # the outage's length, not a wait for a state
+    own_postgres.start()
+    restarted = time.time()
+    own.dispose()  # the test's own connections died with the server
+    wait_until(
+        lambda: [c for c in provider.calls if c.started >= restarted and c.status == 200],
+        bool,
+        RESUMES_WITHIN,
+        "a provider call after PostgreSQL returned",
+    )
+    resumed = min(c.started for c in provider.calls if c.started >= restarted) - restarted
+    left = sum(at_stop.get(s, 0) for s in WAITING)
+    seen = wait_until_terminal(own, ids, timeout=SETTLED_WITHIN + left / pace)
+    settled = time.time() - restarted
+    tally = assert_ledger_agrees(ids, seen, provider)
+    tally.report(
+        f"PostgreSQL away {OUTAGE_SECONDS:g} s mid-drain",
+        {
+            **at_stop,
+            "drain resumed after its return (s)": round(resumed, 1),
+            "settled after its return (s)": round(settled, 1),
+            "drain time of what was left at the pace before (s)": round(left / pace, 1),
+        },
+    )
+    assert set(tally.outcomes) <= {"sent", "unknown"}
+    # Unknown only where a claim's commit was cut off: one claim per worker thread at most.
+    assert tally.outcomes.get("unknown", 0) <= CONCURRENCY * FakeProvider.max_batch
+
+
 CONCURRENCY = 2  # the worker's threads in the PostgreSQL restart
 # Not yet claimed: what must still be sent after a restart, by whoever.
 WAITING = ("accepted", "ready", "retrying")
