@@ -121,6 +121,30 @@ def sweep() -> dict[str, int]:
     return {**counts, "silent_workers": len(dead), "fanouts": len(fanouts), "workflow_runs": runs}
 
 
+# Rows moved this recently are left out of a reconnect's dispatch: another worker's reconnect
+# just dispatched them, or their task was published since the broker came back.
+JUST_MOVED_SECONDS = 1.0
+# A reconnect dispatches at most this many batches of rows; what is left is the sweeper's.
+RECONNECT_BATCHES = 20
+
+
+@celery_app.task(name="tidings.redispatch_waiting")
+def redispatch_waiting() -> int:
+    """Every accepted and ready row not put off to later → its next task again: what a
+    worker asks for when its broker came back (tasks/reconnect.py), since the broker may
+    have lost their tasks. How many rows."""
+    config = current_settings()
+    total = 0
+    for _ in range(RECONNECT_BATCHES):
+        with session_scope(config.database_url) as session:
+            moved = len(redispatch_stalled(session, JUST_MOVED_SECONDS, spare=True))
+        total += moved
+        if moved < BATCH:
+            break
+    logger.warning("dispatched %d waiting rows again after a reconnect", total)
+    return total
+
+
 def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Silent]:
     """The worker processes that stopped beating; none while Redis cannot say, which leaves
     their claims to the claim timeout. This process beats too, so that its own heartbeat is

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +32,7 @@ from tests.faults.stack import (
     wait_until_terminal,
 )
 from tests.faults.test_dead_workers import HELD_REQUEST, HoldOne, wait_mid_call
+from tests.provider_server import FakeProviderServer
 from tests.waiting import wait_until
 
 
@@ -224,37 +225,68 @@ RESUMES_WITHIN = 5.0
 
 def test_the_drain_resumes_within_seconds_of_postgres_returning(make_stack, provider, own_postgres):
     """PostgreSQL stops mid-drain for ten seconds. The prepare and deliver tasks that fail
-    meanwhile run again on a short backoff, so the drain goes on within seconds of its
-    return and settles within 15 s plus the time the rest takes to send, with the stalled
-    sweep (STALLED_AFTER_SECONDS) far beyond the test's deadlines: only the retries can."""
+    meanwhile run again on a short backoff (tasks/reconnect.py), with the stalled sweep far
+    beyond the test's deadlines: only the retries can resume the drain in time."""
     own = own_postgres.engine
     ids = insert_accepted(own, new_project(own), 1000)
     stack = make_stack(DATABASE_URL=own_postgres.url, STALLED_AFTER_SECONDS="600")
     stack.publish_prepare(ids)
     stack.start_beat()
     stack.start_worker("worker", "--concurrency", str(CONCURRENCY))
-    at_stop = wait_until_mid_drain(own, ids)
+
+    def start() -> None:
+        own_postgres.start()
+        own.dispose()  # the test's own connections died with the server
+
+    stop = lambda: own_postgres.pg_ctl("-m", "immediate", "stop")  # noqa: E731 - as short as its name
+    drain_through_outage(provider, own, ids, "PostgreSQL", stop, start)
+
+
+def test_the_drain_resumes_within_seconds_of_redis_returning(make_stack, provider, engine, fault_project):
+    """Redis, the broker, dies mid-drain without persistence and comes back empty ten
+    seconds later: every queued task is gone. The worker, connected again, has the waiting
+    rows dispatched again at once (tasks/reconnect.py), with the stalled sweep far beyond
+    the test's deadlines."""
+    ids = insert_accepted(engine, fault_project, 1000)
+    stack = make_stack(STALLED_AFTER_SECONDS="600")
+    stack.publish_prepare(ids)
+    stack.start_beat()
+    stack.start_worker("worker", "--concurrency", str(CONCURRENCY))
+    drain_through_outage(provider, engine, ids, "Redis", lambda: stack.redis.stop(kill=True), stack.redis.start)
+
+
+def drain_through_outage(
+    provider: FakeProviderServer,
+    engine: Engine,
+    ids: list[str],
+    server: str,
+    stop: Callable[[], object],
+    start: Callable[[], object],
+) -> None:
+    """`stop` the server mid-drain, `start` it OUTAGE_SECONDS later: a provider call within
+    RESUMES_WITHIN of its return, every message settled within SETTLED_WITHIN plus the time
+    what was left takes at the pace before the outage, and the ledger agrees."""
+    at_stop = wait_until_mid_drain(engine, ids)
     first_call = provider.calls[0].started
-    own_postgres.pg_ctl("-m", "immediate", "stop")
+    stop()
     stopped = time.time()
     pace = at_stop["sent"] / (stopped - first_call)  # messages a second before the outage
     time.sleep(OUTAGE_SECONDS)  # the outage's length, not a wait for a state
-    own_postgres.start()
-    restarted = time.time()
-    own.dispose()  # the test's own connections died with the server
+    start()
+    returned = time.time()
     wait_until(
-        lambda: [c for c in provider.calls if c.started >= restarted and c.status == 200],
+        lambda: [c for c in provider.calls if c.started >= returned and c.status == 200],
         bool,
         RESUMES_WITHIN,
-        "a provider call after PostgreSQL returned",
+        f"a provider call after {server} returned",
     )
-    resumed = min(c.started for c in provider.calls if c.started >= restarted) - restarted
+    resumed = min(c.started for c in provider.calls if c.started >= returned) - returned
     left = sum(at_stop.get(s, 0) for s in WAITING)
-    seen = wait_until_terminal(own, ids, timeout=SETTLED_WITHIN + left / pace)
-    settled = time.time() - restarted
+    seen = wait_until_terminal(engine, ids, timeout=SETTLED_WITHIN + left / pace)
+    settled = time.time() - returned
     tally = assert_ledger_agrees(ids, seen, provider)
     tally.report(
-        f"PostgreSQL away {OUTAGE_SECONDS:g} s mid-drain",
+        f"{server} away {OUTAGE_SECONDS:g} s mid-drain",
         {
             **at_stop,
             "drain resumed after its return (s)": round(resumed, 1),
