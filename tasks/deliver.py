@@ -94,7 +94,9 @@ def deliver_turn(
             rest = ids[grant.granted :]
             lane = deliver_queue(provider, priority)
             wait = grant.wait_seconds + spread(fairness.waiting(client, lane), rate, len(ids))
-            postpone(config, provider, priority, rest, wait, project)  # first of its project's turn again
+            # First of its project's turn again, and any token may take it once the pace has
+            # room: the rows are due then, whenever this token wakes.
+            postpone(config, provider, priority, rest, wait, project, due=grant.wait_seconds)
             increment(client, "pacing_postponed", len(rest), provider=provider)
         ids = ids[: grant.granted]
     if ids:
@@ -301,14 +303,23 @@ def one_per_task(provider: str, priority: str, ids: Sequence[str]) -> None:
 
 
 def postpone(
-    config: Settings, provider: str, priority: str, ids: Sequence[str], wait: float, project: str | None = None
+    config: Settings,
+    provider: str,
+    priority: str,
+    ids: Sequence[str],
+    wait: float,
+    project: str | None = None,
+    *,
+    due: float | None = None,
 ) -> None:
-    """Send `ids` again after `wait`, and tell the sweeper not to expect them sooner: first
-    in `project`'s turn where they have one, else in their lane's waiting room, to leave
-    with whatever else waited there in provider-sized batches."""
+    """Send `ids` again after `wait`, and tell the sweeper not to expect them sooner than
+    `due` (`wait` by default): first in `project`'s turn where they have one, else in
+    their lane's waiting room, to leave with whatever else waited there in provider-sized
+    batches. A deadline past the time they may go would keep rows whose worker died from
+    the sweeper that long: a token's spread once kept 55 rows 53 s."""
     countdown = min(max(wait, 0.05), MAX_COUNTDOWN)
     with session_scope(config.database_url) as session:
-        store.expect_ready_by(session, ids, countdown)
+        store.expect_ready_by(session, ids, countdown if due is None else min(max(due, 0.05), countdown))
         if project is None:
             enqueue_after_commit(session, waiting_room.WaitingIds(provider, priority, ids, countdown))
         else:
