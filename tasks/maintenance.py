@@ -93,7 +93,9 @@ def sweep() -> dict[str, int]:
     call; where it de-duplicates a repeated request, as the very same calls (tasks/resend.py);
     elsewhere it becomes `unknown` rather than risk a second delivery. The rows a dead
     worker had taken but not yet claimed have not moved since it died: those are dispatched
-    again at once, not after STALLED_AFTER_SECONDS.
+    again at once, not after STALLED_AFTER_SECONDS. Before any of that, the provider's
+    answers a worker kept while the database was away are written (tasks/kept_answers.py):
+    a claim whose answers are known is never abandoned.
     """
     config = current_settings()
     client = redis_for(config.redis_url)
