@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
+from celery import Task
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
@@ -30,7 +31,7 @@ from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
 from providers.base import Attachment, Outbound, Outcome, Provider, ProviderError, SendResult
-from tasks import attachments, devices, failover, follow_ups, instrument, isolation, reports
+from tasks import attachments, devices, failover, follow_ups, instrument, isolation, kept_answers, reconnect, reports
 from tasks.heartbeat import current_worker
 from tasks.outcomes import PROVIDER_WIDE, SendRun, decide_all, events_for, settle_repeat, waiting_groups
 from tasks.shutdown import stopping
@@ -41,20 +42,22 @@ logger = logging.getLogger(__name__)
 CONFIGURATION_PAUSE_SECONDS = 300
 
 
-@celery_app.task(name="tidings.deliver")
-def deliver(provider: str, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
+@celery_app.task(name="tidings.deliver", bind=True)
+def deliver(self: Task, provider: str, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Send the ready messages among `ids` through `provider`.
 
     A paused provider or an exhausted pace sends the messages back to the broker with a
     countdown; neither uses an attempt. An open circuit hands them to the next provider of
     their channel. The database session is closed during the provider call, so a slow
-    provider holds no connection and no row lock.
+    provider holds no connection and no row lock. A lost connection runs the task again
+    within seconds (tasks/reconnect.py).
     """
-    deliver_batch(current_settings(), provider, ids, priority)
+    with reconnect.again_on_lost_connection(self):
+        deliver_batch(current_settings(), provider, ids, priority)
 
 
-@celery_app.task(name="tidings.deliver_next")
-def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
+@celery_app.task(name="tidings.deliver_next", bind=True)
+def deliver_next(self: Task, provider: str, priority: str = Priority.BULK) -> None:
     """Deliver the ids whose projects' turn it is (app/delivery/fairness.py).
 
     On a paced provider the pace is asked first and only what it grants is taken, in turn,
@@ -62,29 +65,44 @@ def deliver_next(provider: str, priority: str = Priority.BULK) -> None:
     again later (`spread`): a campaign's thousand tokens do not all wake every second.
     Only rows still to send keep the pace's room: the sweeper dispatches rows that wait
     their turn long again, and a repeat must not spend the provider's rate on rows already sent.
+    Ids taken whose run loses a connection go again as a deliver task of their own; a token
+    that took none runs again itself (tasks/reconnect.py).
     """
     config = current_settings()
     client = redis_for(config.redis_url)
-    rate = config.rates.get(provider)
-    if rate is None:
-        owners = fairness.owners(
-            fairness.withdraw(client, deliver_queue(provider, priority), dispatch.deliver_chunk(provider))
-        )
-    else:
-        owners = paced_turn(config, client, provider, priority, rate)
-    if owners:
-        deliver_batch(config, provider, list(owners), priority, owners, pace=False)
+    taken: dict[str, str] = {}
+
+    def again(wait: float) -> bool:
+        return redeliver(provider, priority, list(taken), wait)
+
+    with reconnect.again_on_lost_connection(self, again):
+        rate = config.rates.get(provider)
+        if rate is None:
+            taken.update(
+                fairness.owners(
+                    fairness.withdraw(client, deliver_queue(provider, priority), dispatch.deliver_chunk(provider))
+                )
+            )
+            owners = dict(taken)
+        else:
+            owners = paced_turn(config, client, provider, priority, rate, taken)
+        if owners:
+            deliver_batch(config, provider, list(owners), priority, owners, pace=False)
 
 
-def paced_turn(config: Settings, client: redis.Redis, provider: str, priority: str, rate: float) -> dict[str, str]:
+def paced_turn(
+    config: Settings, client: redis.Redis, provider: str, priority: str, rate: float, taken: dict[str, str]
+) -> dict[str, str]:
     """The ids (→ project) the pace grants this token, taken in turn only once granted, so a
     project whose turn comes is never passed over for the pace; what a grant does not use
     goes back to the pace. A token granted less than a chunk comes back when the pace has
-    room while its lane holds more."""
+    room while its lane holds more. What it takes is in `taken` as soon as it has it, for a
+    run that loses its connection to send again."""
     lane, size, grant_id = deliver_queue(provider, priority), dispatch.deliver_chunk(provider), uuid.uuid4().hex
     pacer = ProviderPacer(client)
     grant = pacer.acquire(provider, rate, size, grant_id)
-    owners = fairness.owners(fairness.withdraw(client, lane, grant.granted)) if grant.granted else {}
+    taken.update(fairness.owners(fairness.withdraw(client, lane, grant.granted)) if grant.granted else {})
+    owners = dict(taken)
     if owners:
         with session_scope(config.database_url) as session:
             kept = set(store.claimable(session, list(owners)))  # no grant for what a repeat finds done
@@ -96,18 +114,29 @@ def paced_turn(config: Settings, client: redis.Redis, provider: str, priority: s
     return owners
 
 
-@celery_app.task(name="tidings.deliver_waiting")
-def deliver_waiting(provider: str, priority: str) -> None:
+@celery_app.task(name="tidings.deliver_waiting", bind=True)
+def deliver_waiting(self: Task, provider: str, priority: str) -> None:
     """Deliver a provider-sized batch of what waited out a pause or the pace together
     (app/delivery/waiting_room.py), at the provider's pace."""
     config = current_settings()
     client = redis_for(config.redis_url)
-    ids = waiting_room.take(client, provider, priority, dispatch.deliver_chunk(provider))
+    with reconnect.again_on_lost_connection(self):
+        ids = waiting_room.take(client, provider, priority, dispatch.deliver_chunk(provider))
     try:
         if ids:
-            deliver_batch(config, provider, ids, priority)
+            with reconnect.again_on_lost_connection(self, lambda wait: redeliver(provider, priority, ids, wait)):
+                deliver_batch(config, provider, ids, priority)
     finally:
         waiting_room.release_more(client, provider, priority)
+
+
+def redeliver(provider: str, priority: str, ids: Sequence[str], wait: float) -> bool:
+    """Deliver tasks of their own, after `wait`, for `ids` that a run took from a list in
+    Redis (a project's turn, a waiting room) and could not send for a lost connection;
+    whether there were any."""
+    for signature in dispatch.deliver(provider, priority, ids, wait):
+        publish(signature)
+    return bool(ids)
 
 
 def spread(waiting: int, rate: float, chunk: int) -> float:
@@ -215,13 +244,14 @@ def send_claimed(
     sent_as = {unit.id: unit for unit in units}
     results = [r for _, run in runs for r in run.results]
     applied: dict[str, dict[str, Any]] = {}
+    written: set[str] = set()  # what is in PostgreSQL already, should the rest be written again
 
     broken = False
 
     def finish(part: Sequence[str]) -> None:
         """Write the fates of `part` in one transaction (tasks/isolation.py halves it on a poison)."""
         nonlocal broken
-        if len(part) < len(outcomes) and not broken:  # halved: the claim's calls cannot be rebuilt
+        if len(part) < len(outcomes) - len(written) and not broken:  # halved: the calls cannot be rebuilt
             with session_scope(config.database_url) as session:
                 store.break_claim(session, [o.message_id for o in outcomes])
             broken = True
@@ -238,10 +268,26 @@ def send_claimed(
                 for signature in dispatch.deliver(provider, priority, [o.message_id for o in group], countdown):
                     enqueue_after_commit(session, signature)
         applied.update(done)
+        written.update(wanted)
 
     fail = isolation.fail_message(config, "finalise", MessageStatus.SENDING)
-    with isolation.batch("finalise", [o.message_id for o in outcomes], config=config, fail_alone=fail) as door:
-        door.in_halves(finish)
+
+    def write() -> None:
+        """Write what is not written yet through the door; a poison fails alone, and is written too."""
+        left = [o.message_id for o in outcomes if o.message_id not in written]
+        with isolation.batch("finalise", left, config=config, fail_alone=fail) as door:
+            try:
+                door.in_halves(finish)
+            finally:
+                written.update(door.failed)
+
+    def keep(key: str, until: float) -> kept_answers.Kept:
+        """What is not written yet, as the sweeper would write it should this process die."""
+        left = [o for o in outcomes if o.message_id not in written]
+        events = events_for(left, rows, folded.summaries)
+        return kept_answers.Kept(key, current_worker(), tuple(left), tuple(events), until)
+
+    kept_answers.write_or_keep(client, write, keep)
     for follow_up, count in Counter(entry["follow_up"] for entry in applied.values()).items():
         increment(client, "delivery_follow_ups", count, provider=provider, follow_up=follow_up)
     instrument.delivered(client, provider, claimed, outcomes, [s for _, run in runs for s in run.call_seconds])

@@ -8,6 +8,7 @@ Both lock with SKIP LOCKED, so two beat processes never release the same row twi
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -26,7 +27,7 @@ from app.enums import EventType
 from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
-from tasks import workflows
+from tasks import kept_answers, workflows
 from tasks.heartbeat import current_worker
 
 logger = logging.getLogger(__name__)
@@ -93,20 +94,24 @@ def sweep() -> dict[str, int]:
     call; where it de-duplicates a repeated request, as the very same calls (tasks/resend.py);
     elsewhere it becomes `unknown` rather than risk a second delivery. The rows a dead
     worker had taken but not yet claimed have not moved since it died: those are dispatched
-    again at once, not after STALLED_AFTER_SECONDS.
+    again at once, not after STALLED_AFTER_SECONDS. Before any of that, the provider's
+    answers a worker kept while the database was away are written (tasks/kept_answers.py):
+    a claim whose answers are known is never abandoned.
     """
     config = current_settings()
     client = redis_for(config.redis_url)
     dead = silent_workers(config, client)
+    written, held = write_kept_answers(config, client, [d.worker for d in dead])
     with session_scope(config.database_url) as session:
         stalled = redispatch_stalled(session, stalled_for(config, dead), spare=bool(dead))
         fanouts = redispatch_stalled_fanouts(session, config.stalled_after)
         runs = workflows.redispatch_stalled(session, config.stalled_after)
-        abandoned = settle_abandoned(session, config, [d.worker for d in dead])
+        abandoned = settle_abandoned(session, config, [d.worker for d in dead], held)
         prune_receipts(session)
     if len(abandoned) < BATCH:  # else the dead may hold more claims, for the next sweep
         heartbeats.forget(client, [d.worker for d in dead])
     counts = {
+        "answers_written": written,
         "redispatched": len(stalled),
         "retried": sum(r.status == "ready" for r in abandoned),
         "resent": sum(r.status == "sending" for r in abandoned),
@@ -119,6 +124,30 @@ def sweep() -> dict[str, int]:
     return {**counts, "silent_workers": len(dead), "fanouts": len(fanouts), "workflow_runs": runs}
 
 
+# Rows moved this recently are left out of a reconnect's dispatch: another worker's reconnect
+# just dispatched them, or their task was published since the broker came back.
+JUST_MOVED_SECONDS = 1.0
+# A reconnect dispatches at most this many batches of rows; what is left is the sweeper's.
+RECONNECT_BATCHES = 20
+
+
+@celery_app.task(name="tidings.redispatch_waiting")
+def redispatch_waiting() -> int:
+    """Every accepted and ready row not put off to later → its next task again: what a
+    worker asks for when its broker came back (tasks/reconnect.py), since the broker may
+    have lost their tasks. How many rows."""
+    config = current_settings()
+    total = 0
+    for _ in range(RECONNECT_BATCHES):
+        with session_scope(config.database_url) as session:
+            moved = len(redispatch_stalled(session, JUST_MOVED_SECONDS, spare=True))
+        total += moved
+        if moved < BATCH:
+            break
+    logger.warning("dispatched %d waiting rows again after a reconnect", total)
+    return total
+
+
 def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Silent]:
     """The worker processes that stopped beating; none while Redis cannot say, which leaves
     their claims to the claim timeout. This process beats too, so that its own heartbeat is
@@ -129,6 +158,26 @@ def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Sil
     except redis.RedisError as error:
         logger.warning("heartbeats unavailable, claims wait for the claim timeout: %s", error)
         return []
+
+
+def write_kept_answers(config: Settings, client: redis.Redis, dead: Sequence[str]) -> tuple[int, list[str]]:
+    """Write the answers kept by `dead` workers, or by live ones that gave up trying
+    (tasks/kept_answers.py), each run in its own transaction: how many messages they
+    settled, and the messages whose answers a live worker still holds, which are not
+    abandoned. None of either while Redis cannot say."""
+    try:
+        kept = kept_answers.all_kept(client)
+    except redis.RedisError as error:
+        logger.warning("kept answers unavailable: %s", error)
+        return 0, []
+    now = time.time()
+    due = [k for k in kept if k.worker in dead or k.until < now]
+    written = 0
+    for run in due:
+        with session_scope(config.database_url) as session:
+            written += kept_answers.write(session, run)
+    kept_answers.forget(client, [k.key for k in due])
+    return written, [i for k in kept if k.worker not in dead and k.until >= now for i in k.message_ids()]
 
 
 def stalled_for(config: Settings, dead: Sequence[heartbeats.Silent]) -> float:
@@ -192,9 +241,12 @@ def stalled_fanouts(session: Session, table: str, seconds: float) -> Sequence[Ro
     ).all()
 
 
-def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) -> Sequence[Row]:
+def settle_abandoned(
+    session: Session, config: Settings, dead: Sequence[str], held: Sequence[str] = ()
+) -> Sequence[Row]:
     """Claims of the `dead` workers, claims older than the claim timeout, and claims handed
-    back for a resend that no resend took up. Where the provider de-duplicates a message
+    back for a resend that no resend took up; never the `held` messages, whose answers a
+    live worker keeps (tasks/kept_answers.py). Where the provider de-duplicates a message
     sent again in any call, it goes back to `ready`; where it de-duplicates a call made
     again exactly, the claim is handed back whole, still `sending`, to tasks/resend.py;
     elsewhere it becomes `unknown`. A claim whose run is forgotten (store.break_claim)
@@ -208,7 +260,7 @@ def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) ->
                                 WHEN provider = ANY(:repeatable) AND claim_id IS NOT NULL THEN 'sending'
                                 ELSE 'unknown' END AS next
                 FROM messages
-                WHERE status = 'sending'
+                WHERE status = 'sending' AND id <> ALL(CAST(:held AS uuid[]))
                   AND (claimed_by = ANY(:dead)
                        OR claimed_at < now() - make_interval(secs => :timeout)
                        OR (claimed_by = :handed_back AND claimed_at < now() - make_interval(secs => :stalled)))
@@ -226,6 +278,7 @@ def settle_abandoned(session: Session, config: Settings, dead: Sequence[str]) ->
         {
             "batch": BATCH,
             "dead": list(dead),
+            "held": list(held),
             "timeout": config.claim_timeout,
             "stalled": config.stalled_after,
             "handed_back": store.HANDED_BACK,

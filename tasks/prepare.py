@@ -32,8 +32,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
+from celery import Task
+from celery.canvas import Signature
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
@@ -51,22 +53,34 @@ from app.delivery.prepare_store import Plan, Rendered
 from app.delivery.queues import prepare_queue
 from app.enums import Channel, EventType, MessageStatus, Priority
 from app.redis_client import redis_for
-from tasks import devices, instrument, isolation, routing
+from tasks import devices, instrument, isolation, reconnect, routing
 
 
-@celery_app.task(name="tidings.prepare")
-def prepare(ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
+@celery_app.task(name="tidings.prepare", bind=True)
+def prepare(self: Task, ids: list[str], priority: str = Priority.TRANSACTIONAL) -> None:
     """Decide every accepted message of the batch and hand the sendable ones to deliver; a
-    message the batch cannot handle fails alone (tasks/isolation.py)."""
-    prepare_chunk(current_settings(), ids, priority)
+    message the batch cannot handle fails alone (tasks/isolation.py), and a lost connection
+    runs the task again within seconds (tasks/reconnect.py)."""
+    with reconnect.again_on_lost_connection(self):
+        prepare_chunk(current_settings(), ids, priority)
 
 
-@celery_app.task(name="tidings.prepare_next")
-def prepare_next(priority: str = Priority.BULK) -> None:
-    """Prepare the ids whose projects' turn it is (app/delivery/fairness.py)."""
+@celery_app.task(name="tidings.prepare_next", bind=True)
+def prepare_next(self: Task, priority: str = Priority.BULK) -> None:
+    """Prepare the ids whose projects' turn it is (app/delivery/fairness.py); ids taken
+    whose run loses a connection go again as a prepare task of their own."""
     config = current_settings()
-    taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority), dispatch.CHUNK)
-    prepare_chunk(config, list(fairness.owners(taken)), priority)
+    with reconnect.again_on_lost_connection(self):
+        taken = fairness.withdraw(redis_for(config.redis_url), prepare_queue(priority), dispatch.CHUNK)
+    ids = list(fairness.owners(taken))
+
+    def again(wait: float) -> bool:
+        for signature in dispatch.prepare(ids, priority):
+            publish(cast(Signature, signature).set(countdown=wait))  # no project: plain signatures
+        return bool(ids)
+
+    with reconnect.again_on_lost_connection(self, again):
+        prepare_chunk(config, ids, priority)
 
 
 def prepare_chunk(config: Settings, ids: list[str], priority: str) -> None:

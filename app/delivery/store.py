@@ -228,6 +228,24 @@ def finalise(session: Session, outcomes: Sequence[Finalised], worker: str) -> li
     return entries
 
 
+def held_by(session: Session, ids: Sequence[str], worker: str) -> set[str]:
+    """Those of `ids` still `sending` under `worker`'s claim, locked for the transaction: a
+    late write of its answers (tasks/kept_answers.py) settles those and no others, so a
+    write made twice records their events once."""
+    return set(
+        session.execute(
+            text(
+                """
+                SELECT id::text FROM messages
+                WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'sending' AND claimed_by = :worker
+                FOR UPDATE
+                """
+            ),
+            {"ids": list(ids), "worker": worker},
+        ).scalars()
+    )
+
+
 # An error kept on a message row: enough to act on, never a provider's whole answer.
 MAX_ERROR_CHARS = 1000
 
