@@ -85,13 +85,19 @@ def deliver_next(self: Task, provider: str, priority: str = Priority.BULK) -> No
             )
             owners = dict(taken)
         else:
-            owners = paced_turn(config, client, provider, priority, rate, taken)
+            owners = paced_turn(config, client, provider, priority, rate, taken=taken)
         if owners:
             deliver_batch(config, provider, list(owners), priority, owners, pace=False)
 
 
 def paced_turn(
-    config: Settings, client: redis.Redis, provider: str, priority: str, rate: float, taken: dict[str, str]
+    config: Settings,
+    client: redis.Redis,
+    provider: str,
+    priority: str,
+    rate: float,
+    *,
+    taken: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The ids (→ project) the pace grants this token, taken in turn only once granted, so a
     project whose turn comes is never passed over for the pace; what a grant does not use
@@ -101,6 +107,7 @@ def paced_turn(
     lane, size, grant_id = deliver_queue(provider, priority), dispatch.deliver_chunk(provider), uuid.uuid4().hex
     pacer = ProviderPacer(client)
     grant = pacer.acquire(provider, rate, size, grant_id)
+    taken = {} if taken is None else taken
     taken.update(fairness.owners(fairness.withdraw(client, lane, grant.granted)) if grant.granted else {})
     owners = dict(taken)
     if owners:
