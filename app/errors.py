@@ -2,7 +2,9 @@
 
 flask-smorest already answers its own aborts as JSON; this makes the rest (404 for an
 unknown route, 405, 413, 415, malformed JSON, an unexpected 500) answer the same way,
-always with a message, so clients need a single error path.
+always with a message, so clients need a single error path. A request that needed
+PostgreSQL, Redis or the broker while it was away (app/outages.py) answers 503 with
+Retry-After, logged in one line: a client can tell an outage, which a retry outlasts, from a bug.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from flask import Flask, request
 from flask_smorest import Api
 from flask_smorest import abort as smorest_abort
 from werkzeug.exceptions import HTTPException, InternalServerError, UnsupportedMediaType
+
+from app.outages import Unavailable, one_line, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -86,5 +90,9 @@ def install(app: Flask, api: TidingsApi) -> None:
     def unexpected(error: Exception):
         if isinstance(error, HTTPException):
             return api.handle_http_exception(error)
+        if unavailable(error):
+            logger.warning("%s %s answered 503, a service is away: %s", request.method, request.path, one_line(error))
+            # Through Flask's own lookup, so a blueprint's error page (the console's) answers it too.
+            return app.handle_http_exception(Unavailable())
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return api.handle_http_exception(InternalServerError())

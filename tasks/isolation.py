@@ -4,8 +4,8 @@ Prepare, deliver, finalise, workflow steps, webhook deliveries and reports each 
 set-based over up to 500 items of many projects in one transaction, so one item whose data
 the code cannot handle, or whose values the database refuses, would fail them all, again
 at every sweep. Every such task goes through `batch`: each part runs in its own
-transaction, and a failure that is not the batch's own trouble (`batch_wide`: the database,
-Redis or the broker unreachable, a deadlock; those retry the whole batch) runs again on
+transaction, and a failure that is not the batch's own trouble (`batch_wide`, app/outages.py:
+the database, Redis or the broker unreachable, a deadlock; those retry the whole batch) runs again on
 each half, down to the item that fails alone, which is failed with the error as its reason
 and counted (`poison_messages`, by stage). One poison in 500 costs about
 2·log2(500) ≈ 18 more transactions, once.
@@ -24,43 +24,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import kombu.exceptions
-import psycopg2
 import redis
-import sqlalchemy.exc
 
 from app.config import Settings
 from app.db import session_scope
 from app.delivery import store
 from app.enums import MessageStatus
 from app.observability.counters import increment
+from app.outages import unavailable as batch_wide  # a service's trouble is the whole batch's, retried whole
 from app.redis_client import redis_for
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# Redis and broker trouble that belongs to the batch: the whole batch is retried.
-BATCH_WIDE: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.OutOfMemoryError,
-    kombu.exceptions.OperationalError,
-    sqlalchemy.exc.TimeoutError,  # no connection free in the pool
-    sqlalchemy.exc.DisconnectionError,
-)
-# SQLSTATE classes and codes of the server's trouble, not a row's: connection exceptions,
-# insufficient resources, shutdowns, and lost races (serialization failure, deadlock).
-BATCH_WIDE_CLASSES = ("08", "53")
-BATCH_WIDE_CODES = ("57P01", "57P02", "57P03", "40001", "40P01")
-
-# Database errors that, without a SQLSTATE, can only mean the connection is gone.
-CONNECTION_ERRORS = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    psycopg2.OperationalError,
-    psycopg2.InterfaceError,
-)
 
 # An item whose own runs died this often is failed instead of run again: more than once,
 # so that one deploy's hard kill never fails an item that was merely in flight.
@@ -142,25 +117,6 @@ class UnfinishedRuns:
             fail(ids[0], f"killed its worker {unfinished} times")
             return False
         return True
-
-
-def batch_wide(error: BaseException) -> bool:
-    """Whether `error` is the batch's trouble (retry it whole) rather than one item's (fail it alone).
-
-    Decided by who caused it, not by the exception's class: psycopg2 calls an index row too
-    large or a numeric field overflow an OperationalError, yet one row's data caused it. A
-    database error is the batch's when its connection was lost (invalidated, or a driver's
-    connection error with no SQLSTATE) or when its SQLSTATE names the server's trouble.
-    """
-    if isinstance(error, BATCH_WIDE):
-        return True
-    if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
-        return True
-    driver = error.orig if isinstance(error, sqlalchemy.exc.DBAPIError) else error
-    code = getattr(driver, "pgcode", None)
-    if code is None:
-        return isinstance(error, CONNECTION_ERRORS)
-    return code[:2] in BATCH_WIDE_CLASSES or code in BATCH_WIDE_CODES
 
 
 def in_halves(ids: Sequence[str], step: Callable[[Sequence[str]], Any], alone: Callable[[str, str], Any]) -> None:

@@ -59,16 +59,17 @@ def shared() -> dict[str, Any]:
 
 
 @blp.errorhandler(HTTPException)
-def error_page(error: HTTPException) -> tuple[str | Response, int]:
-    """The services' aborts (404 for another project's message, 409, 422, 429) as a page, or
-    as JSON to a script that asked in JSON (the editor's preview)."""
+def error_page(error: HTTPException) -> tuple[str | Response, int, dict[str, str]]:
+    """The services' aborts (404 for another project's message, 409, 422, 429, and the 503 of
+    an outage, app/outages.py) as a page, or as JSON to a script that asked in JSON (the
+    editor's preview); with the error's own headers, such as Retry-After."""
     data = getattr(error, "data", None) or {}
     message = data.get("message") or error.description
+    headers = dict(data.get("headers") or {})
     if request.is_json:
-        return jsonify(message=message, errors=data.get("errors")), error.code or 500
-    return render_template("console/error.html", code=error.code, message=message, errors=data.get("errors")), (
-        error.code or 500
-    )
+        return jsonify(message=message, errors=data.get("errors")), error.code or 500, headers
+    page = render_template("console/error.html", code=error.code, message=message, errors=data.get("errors"))
+    return page, error.code or 500, headers
 
 
 @blp.errorhandler(InvalidCursor)
