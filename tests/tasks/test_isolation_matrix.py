@@ -311,10 +311,9 @@ def test_a_terminated_backend_is_the_batchs_trouble(postgres):
 
 
 def test_a_deadlock_is_the_batchs_trouble(postgres):
-    """Two transactions lock two rows in opposite orders; PostgreSQL breaks the cycle (40P01)."""
-    with postgres.begin() as connection:
-        connection.execute(text("CREATE TABLE IF NOT EXISTS deadlock_probe (id int PRIMARY KEY)"))
-        connection.execute(text("INSERT INTO deadlock_probe VALUES (1), (2) ON CONFLICT DO NOTHING"))
+    """Two transactions take two locks in opposite orders; PostgreSQL breaks the cycle (40P01).
+    Advisory locks on keys of this test's own, so it writes no table another test would see."""
+    first_key, second_key = (secrets.randbits(62) for _ in range(2))
     errors: list[BaseException] = []
     barrier = threading.Barrier(2)
 
@@ -322,13 +321,13 @@ def test_a_deadlock_is_the_batchs_trouble(postgres):
         try:
             with postgres.begin() as connection:
                 connection.execute(text("SET LOCAL deadlock_timeout = '100ms'"))
-                connection.execute(text("SELECT 1 FROM deadlock_probe WHERE id = :id FOR UPDATE"), {"id": first})
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": first})
                 barrier.wait(timeout=10)
-                connection.execute(text("SELECT 1 FROM deadlock_probe WHERE id = :id FOR UPDATE"), {"id": second})
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": second})
         except sqlalchemy.exc.DBAPIError as error:
             errors.append(error)
 
-    threads = [threading.Thread(target=lock, args=pair) for pair in ((1, 2), (2, 1))]
+    threads = [threading.Thread(target=lock, args=pair) for pair in ((first_key, second_key), (second_key, first_key))]
     for thread in threads:
         thread.start()
     for thread in threads:
