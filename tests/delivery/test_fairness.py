@@ -210,10 +210,11 @@ def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_
     client, engine, settings, fake_provider
 ):
     """A's 4,000 transactional messages, then B's 20 single sends one after another while they
-    go. Each of B's is a chunk of one id: taken a chunk per project per turn, every grant (100
-    here, one provider call) took one of B's beside 99 of A's, so B's 20 went in 20 grants,
-    the last after 2,000 of A's; in equal shares of ids, a grant takes every one of B's waiting."""
-    flood_size, rate, singles = 4_000, 100, 20
+    go, each prepared before the next comes, as a steady sender's are. Each of B's is then a
+    chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
+    took one of B's beside A's, so B's 20 went in 20 grants or more, one by one behind the
+    flood; in equal shares of ids, a grant takes every one of B's waiting."""
+    flood_size, rate, singles = 4_000, 25, 20
     flood = new_project(engine)
     flooded = set(insert_accepted(engine, flood, flood_size, "transactional"))
     with paced(settings, "fake", rate):
@@ -222,7 +223,10 @@ def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_
         try:
             wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
             other = create_project(client)
-            sends = [other.send(email(to=f"b{n}@example.com")).get_json()["id"] for n in range(singles)]
+            sends = []
+            for n in range(singles):
+                sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
+                other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
             for message_id in sends:
                 other.wait_for(message_id, {"sent"}, timeout=120)
         finally:
