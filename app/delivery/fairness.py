@@ -8,12 +8,16 @@ messages a second would make it wait ten hours in the deliver lane. So in every 
 and transactional, a project's chunk is not put in the broker: it goes on its project's
 list in Redis, the project joins the lane's ring of projects with work waiting, and the
 broker gets tokens (`tidings.prepare_next`, `tidings.deliver_next`). A worker running a
-token takes up to a task's worth of ids from the projects in the ring in turn, a chunk each
-per round (work-conserving: a project alone gets the whole task, and the ids of many
-projects still share one task). The broker still says how much work there is and who may
-do it (lanes, priorities, prefetch); Redis says in which order. What the provider's pace
-did not admit goes back to the head of its project's list (`give_back`), behind the
-others' turn, so the projects waiting on a paced provider share its grants in turn.
+token takes up to a task's worth of ids from the projects in the ring in turn, an equal
+share of ids each (work-conserving: a project alone gets the whole task, one with fewer
+waiting leaves the rest to the others, and the ids of many projects still share one task).
+A share counts ids, not chunks: a project's single sends are a chunk of one id each, and a
+chunk each per turn gave them one id of every grant of a paced provider beside a flood's
+hundreds, so they waited behind it as long as first in, first out would have. The broker
+still says how much work there is and who may do it (lanes, priorities, prefetch); Redis
+says in which order. What the provider's pace did not admit goes back to the head of its
+project's list (`give_back`), behind the others' turn, so the projects waiting on a paced
+provider share its grants in turn.
 
 Nothing here is the truth: the ids are accepted or ready rows in PostgreSQL. A chunk lost
 with Redis, or whose worker died, is re-dispatched by the sweeper like any lost task; a
@@ -51,11 +55,14 @@ redis.call('INCRBY', KEYS[2], (#ARGV - 3) / 2)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 """
 # KEYS: the ring, the lane's count of chunks. ARGV: prefix of the projects' lists, TTL, how many
-# ids to take. Round after round, the head of the ring gives its next chunk, or the part of it
-# that fits (the rest stays first of its list), and goes to the back while it has more; a
-# project with none leaves the ring. Ends when the ids are taken or no project has any; each
-# pass takes a chunk or drops a project, so it ends within size + the ring's length passes.
-# A lane at work keeps its keys alive, however long a campaign takes.
+# ids to take. Turn after turn, the head of the ring takes its share of what is left to take
+# (an equal part for each project in the ring), from as many of its chunks as the share
+# holds: the part of a chunk that does not fit stays first of its list. It goes to the back
+# while it has more; a project with none leaves the ring. A share counts ids, not chunks, so
+# a project of single sends (a chunk each) gets as many ids as a flood's 500-id chunks give.
+# Ends when the ids are taken or no project has any: each turn takes an id or drops a
+# project, so there are at most size + the ring's length turns, and each chunk a turn pops
+# gives it an id. A lane at work keeps its keys alive, however long a campaign takes.
 _WITHDRAW = """
 local budget = tonumber(ARGV[3])
 local taken = {}
@@ -64,25 +71,31 @@ for _ = 1, budget + redis.call('LLEN', KEYS[1]) do
   local project = redis.call('LPOP', KEYS[1])
   if not project then break end
   local list = ARGV[1] .. project
-  local raw = redis.call('LPOP', list)
-  if raw then
-    local ids = cjson.decode(raw)
-    if #ids > budget then
+  local share = math.ceil(budget / (redis.call('LLEN', KEYS[1]) + 1))
+  local ids = {}
+  while #ids < share do
+    local raw = redis.call('LPOP', list)
+    if not raw then break end
+    local chunk = cjson.decode(raw)
+    local room = share - #ids
+    if #chunk > room then
       local rest = {}
-      for i = budget + 1, #ids do rest[#rest + 1] = ids[i]; ids[i] = nil end
+      for i = room + 1, #chunk do rest[#rest + 1] = chunk[i] end
       redis.call('LPUSH', list, cjson.encode(rest))
-    elseif redis.call('DECR', KEYS[2]) <= 0 then
-      redis.call('DEL', KEYS[2])
+      for i = 1, room do ids[#ids + 1] = chunk[i] end
+    else
+      if redis.call('DECR', KEYS[2]) <= 0 then redis.call('DEL', KEYS[2]) end
+      for i = 1, #chunk do ids[#ids + 1] = chunk[i] end
     end
-    if #ids > 0 then
-      budget = budget - #ids
-      taken[#taken + 1] = project
-      taken[#taken + 1] = cjson.encode(ids)
-    end
-    if redis.call('LLEN', list) > 0 then
-      redis.call('RPUSH', KEYS[1], project)
-      redis.call('EXPIRE', list, ARGV[2])
-    end
+  end
+  if #ids > 0 then
+    budget = budget - #ids
+    taken[#taken + 1] = project
+    taken[#taken + 1] = cjson.encode(ids)
+  end
+  if redis.call('LLEN', list) > 0 then
+    redis.call('RPUSH', KEYS[1], project)
+    redis.call('EXPIRE', list, ARGV[2])
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
@@ -128,8 +141,8 @@ def _deposit(client: redis.Redis, lane: str, pieces: Pieces, push: str) -> None:
 
 
 def withdraw(client: redis.Redis, lane: str, size: int) -> list[tuple[str, list[str]]]:
-    """Up to `size` ids, taken from the projects with work waiting in turn, a chunk each per
-    round, as (project, ids) in the order taken; empty when no project has any.
+    """Up to `size` ids, taken from the projects with work waiting in turn, an equal share of
+    ids each, as (project, ids) in the order taken; empty when no project has any.
 
     Work-conserving: a project alone takes the whole `size`, and several share it.
     """

@@ -69,14 +69,32 @@ def test_a_chunk_given_back_goes_first_of_its_project_but_after_the_others_turn(
     assert chunks_of(ring) == [("a", ["a1"]), ("b", ["b1"]), ("a", ["a2"]), None]
 
 
-def test_a_token_takes_a_chunk_of_each_project_in_turn_until_it_is_full(ring):
+def test_a_token_takes_an_equal_share_of_each_project_in_turn_until_it_is_full(ring):
     fairness.deposit(ring, LANE, [("a", ["a1", "a2", "a3", "a4"]), ("a", ["a5", "a6", "a7", "a8"])])
     fairness.deposit(ring, LANE, [("b", ["b1"]), ("c", ["c1", "c2"])])
-    # c's chunk does not fit whole: the part that fits goes, the rest stays first of c's.
-    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a1", "a2", "a3", "a4"]), ("b", ["b1"]), ("c", ["c1"])]
-    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a5", "a6", "a7", "a8"]), ("c", ["c2"])]
+    # a's chunk does not fit its share (2 of 6): the part that fits goes, the rest stays first
+    # of a's; b has fewer than its share, and c and then a share what b left.
+    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a1", "a2"]), ("b", ["b1"]), ("c", ["c1", "c2"]), ("a", ["a3"])]
+    assert fairness.withdraw(ring, LANE, 6) == [("a", ["a4", "a5", "a6", "a7", "a8"])]
     assert fairness.withdraw(ring, LANE, 6) == []
     assert ring.keys(f"{fairness.PREFIX}{LANE}:*") == []
+
+
+def test_a_projects_single_sends_get_as_many_ids_of_a_token_as_a_floods_chunks(ring):
+    """Single sends are a chunk of one id each: a token takes as many of them as of a flood's
+    500-id chunks, not one a token, which kept them behind the flood as long as first in,
+    first out would have."""
+    flood = [f"a{n}" for n in range(1_000)]
+    fairness.deposit(ring, LANE, [("a", flood[:500]), ("a", flood[500:])])
+    for n in range(5):
+        fairness.deposit(ring, LANE, [("b", [f"b{n}"])])
+    assert fairness.withdraw(ring, LANE, 200) == [
+        ("a", flood[:100]),
+        ("b", [f"b{n}" for n in range(5)]),
+        ("a", flood[100:195]),
+    ]
+    assert fairness.waiting(ring, LANE) == 2  # a's two chunks, the first in part
+    assert fairness.owners(fairness.withdraw(ring, LANE, 1_000)) == dict.fromkeys(flood[195:], "a")
 
 
 def test_a_project_alone_gets_the_whole_token(ring):
@@ -92,8 +110,8 @@ def test_the_sends_of_many_projects_share_one_token(settings):
 
 
 def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings, backup_provider):
-    """Two projects' transactional messages ready for a paced provider: the second grant goes to
-    the project whose turn it is, not to the rest of the first project's flood."""
+    """Two projects' transactional messages ready for a paced provider: the first grant is
+    shared between them, not given whole to the first project's flood."""
     client = redis.Redis.from_url(settings.redis_url)
     lane = deliver_queue("fake2", "transactional")
     client.delete("tidings:pace:fake2", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
@@ -119,8 +137,8 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
             requests.setdefault(receipt.request, set()).add(receipt.message_id)
     calls = [requests[n] for n in sorted(requests)]
     assert len(calls) == 2
-    assert calls[0] <= set(flooded) and len(calls[0]) == size
-    assert set(waiting) <= calls[1]  # the other project's turn came with the next grant
+    assert set(waiting) <= calls[0] and len(calls[0]) == size  # the other project's turn came with the first
+    assert calls[1] <= set(flooded)
 
 
 def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settings):
@@ -142,8 +160,8 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
         client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
         cancel_the_rest(engine, flood)
         cancel_the_rest(engine, other)
-    assert list(granted[0]) == flooded[:150]
-    assert list(granted[1]) == waiting + flooded[150:298]  # the other project's turn, then the flood's
+    assert list(granted[0]) == flooded[:75] + waiting + flooded[75:148]  # an equal share each of 150
+    assert list(granted[1]) == flooded[148:298]  # the flood alone takes the whole grant (300 less the 150)
 
 
 def ready_for(engine, project_id: str, count: int, provider: str) -> list[str]:
@@ -185,6 +203,40 @@ def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behin
     # In turn: what was in flight and a grant or two (100 a grant); first in, first out: the
     # thousands of A's still waiting when B sent.
     assert ahead - before < 1_000, f"{ahead - before} of A's went between B's sends and B's first"
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_a_grant(
+    client, engine, settings, fake_provider
+):
+    """A's 4,000 transactional messages, then B's 20 single sends one after another while they
+    go, each prepared before the next comes, as a steady sender's are. Each of B's is then a
+    chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
+    took one or two of B's beside A's, so B's 20 went in most of 20 grants (16 in one run),
+    behind the flood; in equal shares of ids, a grant takes every one of B's waiting (3)."""
+    flood_size, rate, singles = 4_000, 25, 20
+    flood = new_project(engine)
+    flooded = set(insert_accepted(engine, flood, flood_size, "transactional"))
+    with paced(settings, "fake", rate):
+        for published in dispatch.prepare(list(flooded), "transactional", project=flood):
+            published.apply_async()
+        try:
+            wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
+            other = create_project(client)
+            sends = []
+            for n in range(singles):
+                sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
+                other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
+            for message_id in sends:
+                other.wait_for(message_id, {"sent"}, timeout=120)
+        finally:
+            cancel_the_rest(engine, flood)
+    receipts = fake_provider.delivered()
+    ours = [n for n, receipt in enumerate(receipts) if receipt.message_id in set(sends)]
+    assert len(ours) == singles
+    assert any(receipt.message_id in flooded for receipt in receipts[ours[-1] + 1 :]), "the flood was over"
+    calls = {receipts[n].request for n in ours}
+    assert len(calls) <= singles // 2, f"B's {singles} single sends went in {len(calls)} of the flood's grants"
 
 
 def served(provider, ids: set[str]) -> int:
