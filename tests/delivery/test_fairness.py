@@ -12,11 +12,13 @@ from dataclasses import replace
 
 import pytest
 import redis
+from celery.worker import state
 from sqlalchemy import text
 
+from app.config import current_settings
 from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
-from app.delivery.queues import deliver_queue
+from app.delivery.queues import deliver_queue, prepare_queue
 from tasks.celery_app import configure
 from tasks.deliver import deliver_next, paced_turn
 from tests.conftest import bearer, create_project, email
@@ -196,7 +198,7 @@ def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behin
             for message_id in sends:
                 other.wait_for(message_id, {"sent"}, timeout=120)
         finally:
-            cancel_the_rest(engine, flood)
+            leave_no_token(engine, flood, [prepare_queue("transactional"), deliver_queue("fake", "transactional")])
     order = [receipt.message_id for receipt in fake_provider.delivered()]
     first = min(order.index(message_id) for message_id in sends)
     ahead = len(set(order[:first]) & flooded)
@@ -230,7 +232,7 @@ def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_
             for message_id in sends:
                 other.wait_for(message_id, {"sent"}, timeout=120)
         finally:
-            cancel_the_rest(engine, flood)
+            leave_no_token(engine, flood, [prepare_queue("transactional"), deliver_queue("fake", "transactional")])
     receipts = fake_provider.delivered()
     ours = [n for n, receipt in enumerate(receipts) if receipt.message_id in set(sends)]
     assert len(ours) == singles
@@ -242,6 +244,38 @@ def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_
 def served(provider, ids: set[str]) -> int:
     """How many of `ids` the provider has received."""
     return sum(1 for receipt in provider.delivered() if receipt.message_id in ids)
+
+
+def leave_no_token(engine, project_id: str, lanes: list[str]) -> None:
+    """Cancel the rest of the project's flood and leave no token of its lanes in the broker, the
+    worker or on a timer (where a paced token waits its turn), nor its chunks: a token left over
+    would take the chunks a later test puts on the lane before that test's own tokens or sweep."""
+    cancel_the_rest(engine, project_id)
+
+    def held() -> list:
+        """Drop the lanes' tokens the broker and the timers hold; those the worker still runs,
+        which may publish more."""
+        with celery_app.connection_for_write() as connection:
+            for lane in lanes:
+                connection.default_channel.queue_purge(lane)
+        waiting = [r for r in tokens_held(lanes, state.scheduled_requests) if r.id not in state.revoked]
+        if waiting:
+            celery_app.control.revoke([r.id for r in waiting])
+        return waiting + tokens_held(lanes, state.reserved_requests) + tokens_held(lanes, state.active_requests)
+
+    wait_until(held, lambda running: not running, 30, "the worker to run or drop the flood's tokens", show=len)
+    client = redis.Redis.from_url(current_settings().redis_url)
+    for lane in lanes:
+        client.delete(fairness.ring(lane), fairness.count(lane), fairness.lists(lane) + project_id)
+
+
+# The lane of a token, from its task's arguments.
+TOKEN_LANES = {"tidings.prepare_next": prepare_queue, "tidings.deliver_next": deliver_queue}
+
+
+def tokens_held(lanes: list[str], requests) -> list:
+    """The worker's `requests` (celery.worker.state: this process's worker) that are tokens of `lanes`."""
+    return [r for r in list(requests) if r.name in TOKEN_LANES and TOKEN_LANES[r.name](*r.args) in lanes]
 
 
 def cancel_the_rest(engine, project_id: str) -> None:
@@ -283,7 +317,7 @@ def send_200_behind(client, engine, campaign: str, queued) -> tuple[float, int]:
         seconds = send_200_and_wait(client, engine, create_project(client))
         return seconds, sent(engine, campaign) - before
     finally:
-        cancel_the_rest(engine, campaign)
+        leave_no_token(engine, campaign, [prepare_queue("bulk"), deliver_queue("fake", "bulk")])
 
 
 @pytest.mark.usefixtures("worker")
