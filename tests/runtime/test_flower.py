@@ -30,6 +30,7 @@ def test_every_task_has_an_explicit_readable_name():
         "tidings.resend",
         "tidings.reports",
         "tidings.webhooks.deliver",
+        "tidings.redispatch_waiting",  # a worker's, once its broker is back (tasks/reconnect.py)
         *BEAT_TASKS,
     }
     for name in ours:
