@@ -184,21 +184,12 @@ def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behin
     """A's 4,000 transactional messages, accepted as a batch is, then B's single sends: on a
     paced provider, first in, first out, B's would go after all of A's still waiting; in turn,
     B's first goes within a few grants of B's sends being accepted, A's flood mostly still waiting."""
-    flood_size, rate = 4_000, 400
-    flood = new_project(engine)
-    flooded = set(insert_accepted(engine, flood, flood_size, "transactional"))
-    with paced(settings, "fake", rate):
-        for published in dispatch.prepare(list(flooded), "transactional", project=flood):
-            published.apply_async()
-        try:
-            wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
-            other = create_project(client)
-            sends = [other.send(email(to=f"b{n}@example.com")).get_json()["id"] for n in range(5)]
-            before = served(fake_provider, flooded)
-            for message_id in sends:
-                other.wait_for(message_id, {"sent"}, timeout=120)
-        finally:
-            leave_no_token(engine, flood, [prepare_queue("transactional"), deliver_queue("fake", "transactional")])
+    with transactional_flood(engine, settings, fake_provider, rate=400) as flooded:
+        other = create_project(client)
+        sends = [other.send(email(to=f"b{n}@example.com")).get_json()["id"] for n in range(5)]
+        before = served(fake_provider, flooded)
+        for message_id in sends:
+            other.wait_for(message_id, {"sent"}, timeout=120)
     order = [receipt.message_id for receipt in fake_provider.delivered()]
     first = min(order.index(message_id) for message_id in sends)
     ahead = len(set(order[:first]) & flooded)
@@ -216,29 +207,37 @@ def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_
     chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
     took one or two of B's beside A's, so B's 20 went in most of 20 grants (16 in one run),
     behind the flood; in equal shares of ids, a grant takes every one of B's waiting (3)."""
-    flood_size, rate, singles = 4_000, 25, 20
-    flood = new_project(engine)
-    flooded = set(insert_accepted(engine, flood, flood_size, "transactional"))
-    with paced(settings, "fake", rate):
-        for published in dispatch.prepare(list(flooded), "transactional", project=flood):
-            published.apply_async()
-        try:
-            wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
-            other = create_project(client)
-            sends = []
-            for n in range(singles):
-                sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
-                other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
-            for message_id in sends:
-                other.wait_for(message_id, {"sent"}, timeout=120)
-        finally:
-            leave_no_token(engine, flood, [prepare_queue("transactional"), deliver_queue("fake", "transactional")])
+    singles = 20
+    with transactional_flood(engine, settings, fake_provider, rate=25) as flooded:
+        other = create_project(client)
+        sends = []
+        for n in range(singles):
+            sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
+            other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
+        for message_id in sends:
+            other.wait_for(message_id, {"sent"}, timeout=120)
     receipts = fake_provider.delivered()
     ours = [n for n, receipt in enumerate(receipts) if receipt.message_id in set(sends)]
     assert len(ours) == singles
     assert any(receipt.message_id in flooded for receipt in receipts[ours[-1] + 1 :]), "the flood was over"
     calls = {receipts[n].request for n in ours}
     assert len(calls) <= singles // 2, f"B's {singles} single sends went in {len(calls)} of the flood's grants"
+
+
+@contextmanager
+def transactional_flood(engine, settings, fake_provider, *, rate: float, size: int = 4_000) -> Iterator[set[str]]:
+    """A new project's `size` transactional messages, accepted as a batch is, going to `fake`
+    paced at `rate` once the block starts; the ids. Afterwards no token or chunk of it is left."""
+    flood = new_project(engine)
+    flooded = set(insert_accepted(engine, flood, size, "transactional"))
+    with paced(settings, "fake", rate):
+        for published in dispatch.prepare(list(flooded), "transactional", project=flood):
+            published.apply_async()
+        try:
+            wait_until(lambda: served(fake_provider, flooded), bool, 60, "the flood to start")
+            yield flooded
+        finally:
+            leave_no_token(engine, flood, [prepare_queue("transactional"), deliver_queue("fake", "transactional")])
 
 
 def served(provider, ids: set[str]) -> int:
