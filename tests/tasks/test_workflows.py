@@ -178,6 +178,37 @@ def test_a_sliding_digest_window_moves_with_each_arrival_and_its_leader_waits_fo
     assert state(engine, [leader]) == [("completed", 2, False, 2)]
 
 
+def test_a_run_that_arrives_after_its_digest_flushed_leads_the_next_one(project, engine, migrated):
+    """Never both, never neither: a run whose task comes after the flush is not in it and waits,
+    parked, for the window it opened (why tests/api's digest test closes only after every join)."""
+    setup(project, ["u1"])
+    steps = [{"digest": {"window": "1h"}}, {"send": {"channel": "in_app", "template": "digest"}}]
+    version = save(project, steps)["version"]
+    [leader] = runs_for(project, migrated, version, ["u1"], {"what": "first"})
+    [late] = runs_for(project, migrated, version, ["u1"], {"what": "second"})  # its task still queued
+    assert workflow_step([leader], 0) == 1
+    with engine.begin() as connection:  # the window closes before the second run's task runs
+        connection.execute(
+            text("UPDATE workflow_digests SET closes_at = now() WHERE project_id = :p"), {"p": project.id}
+        )
+        connection.execute(text("UPDATE workflow_runs SET due_at = now() WHERE id = :r"), {"r": leader})
+    assert workflow_step([leader], 0) == 1
+    assert workflow_step([late], 0) == 1
+    assert state(engine, [leader]) == [("completed", 2, False, 2)]
+    assert state(engine, [late]) == [("running", 0, True, 0)]
+    with engine.connect() as connection:
+        data = connection.execute(text("SELECT data FROM workflow_runs WHERE id = :r"), {"r": leader}).scalar()
+        digests = connection.execute(
+            text(
+                "SELECT leader_id::text, flushed_at IS NOT NULL, closes_at > now() + interval '59 minutes' "
+                "FROM workflow_digests WHERE project_id = :p ORDER BY flushed_at NULLS LAST"
+            ),
+            {"p": project.id},
+        ).all()
+    assert (data["count"], [item["what"] for item in data["items"]]) == (1, ["first"])
+    assert [tuple(row) for row in digests] == [(leader, True, False), (late, False, True)]
+
+
 def digest_times(engine, project_id: str) -> dict:
     with engine.connect() as connection:
         row = connection.execute(
