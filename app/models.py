@@ -775,10 +775,13 @@ def status_check_name(table: str, column: str) -> str:
     return f"ck_{table}_{column}"
 
 
-for (_table, _column), _vocabulary in STATUS_COLUMNS.items():
-    Base.metadata.tables[_table].append_constraint(
-        CheckConstraint(
-            f"{_column} IN ({', '.join(repr(member.value) for member in _vocabulary)})",
-            name=status_check_name(_table, _column),
+def _add_status_checks() -> None:
+    """Give each status column's table its CHECK constraint, as migration 0018 made them."""
+    for (table, column), vocabulary in STATUS_COLUMNS.items():
+        allowed = ", ".join(f"'{member.value}'" for member in vocabulary)
+        Base.metadata.tables[table].append_constraint(
+            CheckConstraint(f"{column} IN ({allowed})", name=status_check_name(table, column))
         )
-    )
+
+
+_add_status_checks()
