@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import text
 
 from app.access import admission
 from app.access.quota import DailyQuota
 from tests.api.test_batches import batch, post_batch, stored
 from tests.api.test_digest import digest
+from tests.api.test_email_extras import stored as written
 from tests.api.test_errors import assert_error_shape
 from tests.api.test_metrics import scrape, value
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
@@ -197,16 +197,6 @@ def with_file(size: int, **extra) -> dict:
     """An email carrying a file whose stored (base64) text is `size` bytes."""
     content = base64.b64encode(b"\0" * (size // 4 * 3)).decode()
     return email(attachments=[{"filename": "scan.pdf", "content_type": "application/pdf", "content": content}], **extra)
-
-
-def written(engine, project_id: str) -> dict[str, int]:
-    with engine.connect() as connection:
-        return {
-            table: connection.execute(
-                text(f"SELECT count(*) FROM {table} WHERE project_id = :p"), {"p": project_id}
-            ).scalar_one()
-            for table in ("batches", "messages", "attachments")
-        }
 
 
 def test_a_test_keys_files_fill_its_day_then_429_says_which_limit_and_until_when(client, engine):
