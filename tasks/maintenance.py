@@ -11,6 +11,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 
 import redis
 from sqlalchemy import Row, text
@@ -27,7 +28,7 @@ from app.enums import EventType
 from app.observability.counters import increment
 from app.redis_client import redis_for
 from providers import registry
-from tasks import kept_answers, workflows
+from tasks import isolation, kept_answers, workflows
 from tasks.heartbeat import current_worker
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ def silent_workers(config: Settings, client: redis.Redis) -> list[heartbeats.Sil
         return []
 
 
+def write_kept_run(config: Settings, run: kept_answers.Kept) -> int:
+    with session_scope(config.database_url) as session:
+        return kept_answers.write(session, run)
+
+
 def write_kept_answers(config: Settings, client: redis.Redis, dead: Sequence[str]) -> tuple[int, list[str]]:
     """Write the answers kept by `dead` workers, or by live ones that gave up trying
     (tasks/kept_answers.py), each run in its own transaction: how many messages they
@@ -173,9 +179,11 @@ def write_kept_answers(config: Settings, client: redis.Redis, dead: Sequence[str
     now = time.time()
     due = [k for k in kept if k.worker in dead or k.until < now]
     written = 0
-    for run in due:
-        with session_scope(config.database_url) as session:
-            written += kept_answers.write(session, run)
+    # Through the door: a run whose answers the database refuses on their own account fails
+    # alone (its messages are left to the claim timeout), not every sweep after it.
+    with isolation.batch("kept_answers", [k.key for k in due], config=config, fail_alone=lambda *_: True) as door:
+        for run in due:
+            written += door.alone(run.key, partial(write_kept_run, config, run)) or 0
     kept_answers.forget(client, [k.key for k in due])
     return written, [i for k in kept if k.worker not in dead and k.until >= now for i in k.message_ids()]
 
