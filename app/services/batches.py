@@ -28,6 +28,7 @@ from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
 from app.schemas.batches import MAX_RECIPIENTS, BatchRecipientSchema
 from app.schemas.core import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
+from app.schemas.nesting import MAX_DATA_DEPTH, TOO_DEEP, nesting
 from app.services import email_extras, intake, topics
 from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
 
@@ -88,6 +89,8 @@ def _check_row(channel: Channel, row: Any) -> intake.BatchRecipient | dict[str, 
     if "data" in row and type(data) is not dict:
         # What the `data` field checks, less its per-key loop: keys from JSON are strings.
         errors["data"] = [NOT_A_MAPPING]
+    elif data is not None and nesting(data) > MAX_DATA_DEPTH:
+        errors["data"] = [TOO_DEEP]
     if errors:
         return errors
     return intake.BatchRecipient(*address, data)
