@@ -37,6 +37,10 @@ DEFAULT_DAILY_QUOTAS = {Channel.EMAIL: 250_000}
 # (which reach no provider, so need only what a rehearsal does).
 DEFAULT_DAILY_STORAGE_BYTES = 10 * 2**30
 DEFAULT_TEST_DAILY_STORAGE_BYTES = 20 * 2**20
+# Requests a minute a project's test keys may make unless the project sets its own limit:
+# Stripe's test mode allows 25 a second. A test key needs no more to try everything, and a
+# new user's key can no longer keep both cores of a small box busy with previews and batches.
+DEFAULT_TEST_RATE_LIMIT_PER_MINUTE = 1500
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,9 @@ class Settings:
     # Transactional messages a minute a project's sends may carry, unless its settings say
     # otherwise; those above it are served as bulk (app/services/intake.py). None: no limit.
     transactional_per_min: int | None = None
+    # Requests a minute a project's test keys may make, unless the project has its own
+    # rate_limit_per_min (which then applies to every key); None: no limit.
+    test_rate_limit_per_min: int | None = DEFAULT_TEST_RATE_LIMIT_PER_MINUTE
     # The console's session cookie: sent over HTTPS only (CONSOLE_SECURE_COOKIE; default: when
     # TIDINGS_PUBLIC_URL is https), and how long a sign-in lasts.
     console_secure_cookie: bool = False
@@ -194,6 +201,9 @@ class Settings:
                 env, "TEST_DAILY_STORAGE_BYTES", DEFAULT_TEST_DAILY_STORAGE_BYTES, minimum=0
             ),
             transactional_per_min=_optional_int(env, "TRANSACTIONAL_PER_MINUTE", None, minimum=1),
+            test_rate_limit_per_min=_optional_int(
+                env, "TEST_RATE_LIMIT_PER_MINUTE", DEFAULT_TEST_RATE_LIMIT_PER_MINUTE, minimum=1
+            ),
             console_secure_cookie=_flag(env, "CONSOLE_SECURE_COOKIE", _public_url(env).startswith("https:")),
             console_session_hours=_int(env, "CONSOLE_SESSION_HOURS", 8, minimum=1, maximum=24 * 30),
             environ=env,

@@ -383,7 +383,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=16, help="the victim's sender threads (default 16)")
     add_setup_arguments(parser)
     # A 503 puts a message on the retry ladder (30 s first): the victim's p99 would measure the ladder.
-    parser.set_defaults(subscribers=1000, transient_rate=0.0, results=RESULTS)
+    # The layout `make run` and docker/compose.yaml ship: a worker on the transactional lanes alone.
+    parser.set_defaults(subscribers=1000, transient_rate=0.0, results=RESULTS, transactional_worker=True)
     args = parser.parse_args(argv)
     if not 0 < args.victim_rate <= 100 or args.pace <= 0:
         parser.error("the victim's rate must be between 0 and 100 a second, the pace positive")

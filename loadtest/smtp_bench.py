@@ -91,6 +91,8 @@ def smtp_server(env: dict[str, str], tls: ssl.SSLContext | None, cert_env: dict[
         "TIDINGS_SMTP_HOST": "127.0.0.1",
         "TIDINGS_SMTP_PORT": str(port),
         "TIDINGS_SMTP_TLS_PORT": str(free_port()),
+        # Its test key sends faster than a test key may (TEST_RATE_LIMIT_PER_MINUTE): a benchmark, not a rehearsal.
+        "TEST_RATE_LIMIT_PER_MINUTE": "none",
         **(cert_env if tls else {"TIDINGS_SMTP_PLAINTEXT_AUTH": "true"}),
     }
     process = subprocess.Popen([sys.executable, "-m", "app.runtime.cli", "smtp"], env=child_env)

@@ -29,7 +29,7 @@ from usage import Role
 
 from app.config import Settings, database_url_from_env
 from app.db import session_factory
-from app.delivery.queues import all_queues
+from app.delivery.queues import all_queues, is_transactional
 from app.enums import KeyKind
 from app.redis_client import redis_for
 from app.runtime import migrate
@@ -58,12 +58,15 @@ class Layout:
     # Odd-numbered workers consume the prepare, webhook and beat queues, even-numbered ones
     # the deliver queues, instead of every worker consuming every queue in priority order.
     split_stages: bool = False
+    # The first worker on the transactional lanes alone, as `make run` and docker/compose.yaml run one.
+    transactional_worker: bool = False
 
     def describe(self) -> str:
         return (
             f"API {self.api_workers} gunicorn workers x {self.api_threads} threads, "
             f"{self.workers} Celery workers x {self.pool} {self.concurrency}"
             + (", stages split between workers" if self.split_stages else "")
+            + (", the first on the transactional lanes alone" if self.transactional_worker else "")
         )
 
     def stage(self, n: int) -> str:
@@ -74,7 +77,10 @@ class Layout:
         return "deliver" if n % 2 == 0 else "prepare"
 
     def worker_queues(self, n: int, queues: list[str]) -> list[str]:
-        """The queues of the nth worker (from 1): all of them, or one stage's when split."""
+        """The queues of the nth worker (from 1): all of them, one stage's when split, or the
+        transactional lanes (the first, with `transactional_worker`)."""
+        if self.transactional_worker and n == 1:
+            return [queue for queue in queues if is_transactional(queue)]
         stage = self.stage(n)
         if stage == "all":
             return queues
@@ -98,10 +104,21 @@ def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--split-stages", action="store_true", help="odd workers prepare, even workers deliver (default: all do all)"
     )
+    parser.add_argument(
+        "--transactional-worker", action="store_true", help="the first worker on the transactional lanes alone"
+    )
 
 
 def layout_from(args: argparse.Namespace) -> Layout:
-    return Layout(args.api_workers, args.api_threads, args.workers, args.pool, args.concurrency, args.split_stages)
+    return Layout(
+        args.api_workers,
+        args.api_threads,
+        args.workers,
+        args.pool,
+        args.concurrency,
+        args.split_stages,
+        args.transactional_worker,
+    )
 
 
 def duration(value: str) -> float:

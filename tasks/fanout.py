@@ -45,6 +45,10 @@ def fan_out(batch_id: str) -> int:
                 return
             ids = intake.write_topic_chunk(session, batch, MEMBERS_PER_TASK)
             assert batch.fanout is not None  # write_topic_chunk wrote a topic send's chunk
+            if ids and "demoted_limit" in batch.fanout:
+                intake.record_demotions(
+                    session, batch.project_id, ids, intake.Earned(0, len(ids), batch.fanout["demoted_limit"])
+                )
             if ids and batch.fanout["status"] == MessageStatus.ACCEPTED:
                 for signature in dispatch.prepare(ids, batch.priority, project=batch.project_id):
                     enqueue_after_commit(session, signature)

@@ -78,19 +78,33 @@ def test_every_role_runs_its_cli_command(services):
         assert services[role]["command"][0] == role
         assert cli_command(services[role]["command"]).name == role
         assert services[role]["image"] == services["migrate"]["image"] == "tidings:latest"
-    worker = services["worker"]["command"]
-    assert worker[worker.index("--pool") + 1] == "prefork"  # autoscaling needs prefork
-    maximum, minimum = map(int, worker[worker.index("--autoscale") + 1].split(","))
-    assert maximum > minimum >= 1
+    transactional = services["worker-transactional"]
+    assert transactional["command"][:2] == ["worker", "--transactional"]
+    assert "--transactional" in [option.opts[0] for option in cli_command(transactional["command"]).params]
+    for name in ("worker", "worker-transactional"):
+        worker = services[name]["command"]
+        assert worker[worker.index("--pool") + 1] == "prefork"  # autoscaling needs prefork
+        maximum, minimum = map(int, worker[worker.index("--autoscale") + 1].split(","))
+        assert maximum > minimum >= 1
 
 
 def test_health_checks_use_real_commands(services):
-    for name in ("postgres", "redis", "api", "worker", "beat", "flower", "prometheus", "grafana"):
+    for name in (
+        "postgres",
+        "redis",
+        "api",
+        "worker",
+        "worker-transactional",
+        "beat",
+        "flower",
+        "prometheus",
+        "grafana",
+    ):
         assert services[name]["healthcheck"]["test"][0] == "CMD", name
-    for role in ("worker", "beat"):
-        test = services[role]["healthcheck"]["test"]
+    for name in ("worker", "worker-transactional", "beat"):
+        test = services[name]["healthcheck"]["test"]
         assert test[1] == "tidings"
-        assert cli_command(test[2:]).name == role
+        assert cli_command(test[2:]).name == services[name]["command"][0]
     assert "/readyz" in " ".join(services["api"]["healthcheck"]["test"])
     assert "/healthcheck" in " ".join(services["flower"]["healthcheck"]["test"])
 

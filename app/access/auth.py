@@ -72,8 +72,12 @@ def find_caller_by_hash(session: Session, key_hash: str) -> Caller | None:
     ).first()
     if row is None:
         return None
-    limits = send_limits(row.settings, current_settings())
-    return Caller(row.id, tuple(row.channels), row.rate_limit_per_min, KeyKind(row.kind), limits)
+    deployment = current_settings()
+    kind = KeyKind(row.kind)
+    requests_per_min = row.rate_limit_per_min
+    if requests_per_min is None and kind is KeyKind.TEST:
+        requests_per_min = deployment.test_rate_limit_per_min
+    return Caller(row.id, tuple(row.channels), requests_per_min, kind, send_limits(row.settings, deployment))
 
 
 def find_project_caller(session: Session, project_id: str) -> Caller | None:

@@ -211,8 +211,9 @@ def error_of(status: int, declared: Any) -> Any:
 
 
 def errors_of(doc: Mapping[str, Any], info: Mapping[str, Any], access: Access, secured: bool) -> list[int]:
-    """The error statuses an operation can answer, from how it is called and who may call it."""
-    statuses = {400, *access.errors}
+    """The error statuses an operation can answer, from how it is called and who may call it;
+    every one may answer 503 while PostgreSQL, Redis or the broker is away (app/errors.py)."""
+    statuses = {400, 503, *access.errors}
     statuses.update(int(status) for status in doc.get("responses", {}) if str(status)[0] in "45")
     if secured:
         statuses.add(401)

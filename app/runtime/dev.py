@@ -54,7 +54,7 @@ def run(env: dict[str, str]) -> int:
     demo_key = _demo_key(settings, var_dir)
     children: list[subprocess.Popen] = []
     try:
-        for role in ("api", "worker", "beat"):
+        for role in ("api", "worker", "transactional-worker", "beat"):
             children.append(_spawn(role, env))
         url = f"http://{settings.host}:{settings.port}"
         if not _wait_ready(url, children):
@@ -106,11 +106,22 @@ def _demo_key(settings: Settings, var_dir: Path) -> str:
     return key
 
 
+_CLI = (sys.executable, "-m", "app.runtime.cli")
+# Each role's command. A worker of its own on the transactional lanes, as a deployment
+# should run one: bulk work, however much one project makes, never holds its threads.
+COMMANDS = {
+    "api": ("api",),
+    "worker": ("worker",),
+    "transactional-worker": ("worker", "--transactional"),
+    "beat": ("beat",),
+    "flower": ("flower",),
+}
 # How each role is asked to stop: gunicorn's SIGINT is its quick shutdown, Celery's
 # SIGTERM its warm one (running tasks finish).
 STOP_SIGNALS = {
     "api": signal.SIGINT,
     "worker": signal.SIGTERM,
+    "transactional-worker": signal.SIGTERM,
     "beat": signal.SIGTERM,
     "flower": signal.SIGTERM,
 }
@@ -119,14 +130,13 @@ STOP_TIMEOUT = 8
 
 def _spawn(role: str, env: dict[str, str]) -> subprocess.Popen:
     """A child in its own session: Ctrl-C reaches only us, and we stop children in order."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.runtime.cli", role], env=env, start_new_session=True, preexec_fn=die_with_parent
-    )
+    return subprocess.Popen([*_CLI, *COMMANDS[role]], env=env, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def _role(child: subprocess.Popen) -> str:
-    """The role a child runs: the last argument `_spawn` gave it."""
-    return cast(list[str], child.args)[-1]
+    """The role a child runs: the one whose command `_spawn` gave it."""
+    command = tuple(cast(list[str], child.args)[len(_CLI) :])
+    return next(role for role, args in COMMANDS.items() if args == command)
 
 
 def _wait_ready(url: str, children: list[subprocess.Popen]) -> bool:

@@ -10,6 +10,7 @@ from app.enums import Channel, SuppressionReason
 from app.pagination import PageArgsSchema, page_schema
 from app.schemas.core import E164, MAX_TEXT, QuietHoursSchema, category_switches, channel_switches, locale_field
 from app.schemas.email import MAX_REPLY_TO, SenderSchema, address_list
+from app.schemas.nesting import Data
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 from app.schemas.times import UtcDateTime, time_zone
 
@@ -27,7 +28,7 @@ def strip_strings(data: Any) -> Any:
     return data
 
 
-class SubscriberData(fields.Dict):
+class SubscriberData(Data):
     """A subscriber's own data: free, but for `webhook_url`, where its webhook messages go,
     which must be what a webhook send's `to.url` may be. Refused here, a bad one can never
     reach a prepare batch."""
@@ -75,7 +76,7 @@ class SubscriberSchema(Schema):
     timezone = fields.String(
         allow_none=True, load_default=None, validate=time_zone, metadata={"example": "Europe/Berlin"}
     )
-    data = SubscriberData(keys=fields.String(), load_default=dict)
+    data = SubscriberData(load_default=dict)
 
     @pre_load
     def strip(self, data: Any, **_: Any) -> Any:
@@ -268,7 +269,7 @@ class TemplateGetArgsSchema(Schema):
 
 
 class PreviewSchema(Schema):
-    data = fields.Dict(keys=fields.String(), load_default=dict)
+    data = Data(load_default=dict)
     locale = locale_field()
     version = fields.Integer(validate=validate.Range(min=1), metadata={"description": "Latest if absent."})
 

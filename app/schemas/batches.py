@@ -8,6 +8,7 @@ from marshmallow import Schema, fields
 
 from app.enums import Priority
 from app.schemas.core import MessageFieldsSchema, RecipientSchema
+from app.schemas.nesting import Data
 from app.schemas.topics import TOPIC_KEY
 
 MAX_RECIPIENTS = 10_000
@@ -16,7 +17,7 @@ MAX_RECIPIENTS = 10_000
 class BatchRecipientSchema(RecipientSchema):
     """One recipient of a batch: exactly one address, and its own data merged over the batch's."""
 
-    data = fields.Dict(keys=fields.String())
+    data = Data()
 
 
 class TopicAudienceSchema(Schema):

@@ -18,6 +18,7 @@ from app.schemas.email import (
     headers_field,
     verified_senders_field,
 )
+from app.schemas.nesting import Data
 from app.schemas.text import HeaderEmail, HeaderText, webhook_url
 from app.schemas.times import UtcDateTime, time_zone
 
@@ -310,13 +311,13 @@ class MessageFieldsSchema(Schema):
 
     channel = fields.Enum(Channel, by_value=True, required=True)
     template = fields.String(validate=validate.Length(1, 128))
-    data = fields.Dict(keys=fields.String())
+    data = Data()
     locale = locale_field()
     content = fields.Nested(ContentSchema)
     category = category_field()
     priority = fields.Enum(Priority, by_value=True, load_default=Priority.TRANSACTIONAL)
     scheduled_at = UtcDateTime(allow_none=True)
-    metadata = fields.Dict(keys=fields.String())
+    metadata = Data()
     bypass_quiet_hours = fields.Boolean(
         load_default=False, metadata={"description": "Send at once even inside the recipient's quiet hours."}
     )

@@ -11,10 +11,10 @@ from typing import Any, cast
 from marshmallow import Schema, ValidationError, fields, validate
 
 from app.schemas.batches import TopicAudienceSchema
+from app.schemas.nesting import MAX_DATA_DEPTH, shallow
 from app.schemas.topics import MAX_MEMBERS_PER_CALL
 
 MAX_DATA_CHARS = 32_000
-MAX_DATA_DEPTH = 32
 SUBSCRIBER_IDS = fields.List(
     fields.String(validate=validate.Length(1, 255)),
     validate=validate.Length(1, MAX_MEMBERS_PER_CALL, error="Give 1 to 10,000 subscriber ids."),
@@ -31,24 +31,9 @@ STEPS_DESCRIPTION = (
 )
 
 
-def nesting(value: Any) -> int:
-    """How deep objects and lists nest in a parsed JSON value, walked with a stack of its own;
-    past MAX_DATA_DEPTH it stops counting, so a deep value costs no more than a shallow one."""
-    deepest, pending = 0, [(value, 1)]
-    while pending and deepest <= MAX_DATA_DEPTH:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            pending.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def trigger_data(value: dict[str, Any]) -> None:
-    """Refuse data nested too deep before measuring it: every step reads it, and Python's JSON
-    and repr recurse, so 900 levels failed the trigger with a 500 and could fail its step task."""
-    if nesting(value) > MAX_DATA_DEPTH:
-        raise ValidationError(f"Objects and lists nested at most {MAX_DATA_DEPTH} deep.")
+    """Refuse data nested too deep before measuring it (repr recurses), then too long: every step reads it."""
+    shallow(value)
     if len(repr(value)) > MAX_DATA_CHARS:
         raise ValidationError(f"At most {MAX_DATA_CHARS:,} characters.")
 

@@ -28,6 +28,7 @@ from app.errors import abort, uuid_or_404
 from app.models import Batch, Message
 from app.schemas.batches import MAX_RECIPIENTS, BatchRecipientSchema
 from app.schemas.core import ADDRESS_KINDS, EXACTLY_ONE_ADDRESS, address_misfit
+from app.schemas.nesting import MAX_DATA_DEPTH, TOO_DEEP, nesting
 from app.services import email_extras, intake, topics
 from app.services.messages import Accepted, check_channel_enabled, request_fingerprint
 
@@ -88,6 +89,8 @@ def _check_row(channel: Channel, row: Any) -> intake.BatchRecipient | dict[str, 
     if "data" in row and type(data) is not dict:
         # What the `data` field checks, less its per-key loop: keys from JSON are strings.
         errors["data"] = [NOT_A_MAPPING]
+    elif data is not None and nesting(data) > MAX_DATA_DEPTH:
+        errors["data"] = [TOO_DEEP]
     if errors:
         return errors
     return intake.BatchRecipient(*address, data)
@@ -168,18 +171,17 @@ def _send_to_topic(
         limit = caller.limits.transactional_per_min
         priority = common.priority
         if intake.earn(caller.project_id, priority, members, limit, whole=True).demoted:
-            priority = demote_topic_send(session, batch_id)
+            priority = demote_topic_send(session, batch_id, limit)
         enqueue_after_commit(session, dispatch.fan_out(str(batch_id), priority))
     return Accepted(body, replayed=False, headers=limits)
 
 
-def demote_topic_send(session: Session, batch_id: uuid.UUID) -> Priority:
-    """A topic send above its project's transactional rate writes its messages as bulk: its
-    fan-out reads their priority from the batch row (tasks/fanout.py)."""
+def demote_topic_send(session: Session, batch_id: uuid.UUID, limit: int | None) -> Priority:
+    """A topic send above its project's transactional rate writes its messages as bulk, each
+    with its `demoted` event: its fan-out reads both from the batch row (tasks/fanout.py)."""
+    demoted = func.jsonb_build_object("priority", "bulk", "demoted_limit", limit)
     session.execute(
-        update(Batch)
-        .where(Batch.id == batch_id)
-        .values(priority=Priority.BULK, fanout=Batch.fanout.op("||")(func.jsonb_build_object("priority", "bulk")))
+        update(Batch).where(Batch.id == batch_id).values(priority=Priority.BULK, fanout=Batch.fanout.op("||")(demoted))
     )
     return Priority.BULK
 

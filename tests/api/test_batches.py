@@ -375,4 +375,8 @@ def test_a_transactional_topic_send_above_the_projects_rate_is_fanned_out_as_bul
     batch_id = answer.get_json()["batch_id"]
     assert project.call("GET", f"/v1/batches/{batch_id}").get_json()["priority"] == "bulk"
     fan_out(batch_id)  # as a worker would; a repeat of it by one writes nothing
-    assert [priority for _, priority, _ in priorities(engine, batch_id)] == ["bulk", "bulk"]
+    assert [(priority, events) for _, priority, events in priorities(engine, batch_id)] == [("bulk", ["demoted"])] * 2
+    (event,) = [
+        e for e in project.get(priorities(engine, batch_id)[0][0]).get_json()["events"] if e["type"] == "demoted"
+    ]
+    assert event["data"] == {"reason": "transactional_rate", "priority": "bulk", "limit_per_min": 1}

@@ -165,6 +165,7 @@ def test_idempotency_and_limits_are_documented_where_they_apply(spec):
         if "projectKey" in schemes(operation):
             answers = {status: resolve(spec, answer) for status, answer in operation["responses"].items()}
             assert "Retry-After" in answers["429"]["headers"], path
+            assert "Retry-After" in answers["503"]["headers"], path  # an outage's answer
             for status, answer in answers.items():
                 if status[0] == "2":
                     assert {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(answer["headers"])

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from app.access.limits import send_limits
 from app.config import Settings
+from tests.api.test_errors import assert_error_shape
 from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 
@@ -143,3 +144,31 @@ def test_the_transactional_rate_is_a_project_setting_with_the_deployments_defaul
     assert send_limits({}, deployment).transactional_per_min == 500
     assert send_limits({"transactional_per_min": 20}, deployment).transactional_per_min == 20
     assert send_limits({"transactional_per_min": None}, deployment).transactional_per_min is None
+
+
+def test_data_nested_deeper_than_32_is_422_naming_its_field_and_writes_nothing(client, engine):
+    """Free-form data went as deep as the JSON parser allowed (about 990 levels), for every
+    worker and encoder after it to recurse through; now 32, as a workflow trigger's."""
+    project = create_project(client)
+    deep = '{"a": ' + "[" * 32 + "]" * 32 + "}"  # the object itself is one level: 33 in all
+    one = '{"channel": "email", "to": {"email": "a@example.com"}, "content": {"subject": "s", "text": "t"}'
+    too_deep = ["Objects and lists nested at most 32 deep."]
+    cases = [
+        ("POST", "/v1/messages", f'{one}, "data": {deep}}}', {"data": too_deep}),
+        ("POST", "/v1/messages", f'{one}, "metadata": {deep}}}', {"metadata": too_deep}),
+        ("PUT", "/v1/subscribers/deep", f'{{"email": "a@example.com", "data": {deep}}}', {"data": too_deep}),
+    ]
+    headers = {**bearer(project.live_key), "Content-Type": "application/json"}
+    for method, path, body, errors in cases:
+        answer = client.open(path, method=method, data=body, headers=headers)
+        assert assert_error_shape(answer, 422)["errors"]["json"] == errors, (path, body[-80:])
+    rows = '[{"email": "a@example.com", "data": ' + deep + '}, {"email": "b@example.com"}]'
+    batch = '{"channel": "email", "content": {"subject": "s", "text": "t"}, "recipients": ' + rows + "}"
+    answer = client.post("/v1/messages/batch", data=batch, headers=headers).get_json()  # a row alone is refused
+    assert (answer["accepted"], answer["rejected"]) == (1, [{"index": 0, "errors": {"data": too_deep}}])
+    with engine.connect() as connection:
+        for table in ("messages", "subscribers"):
+            written = connection.execute(text(f"SELECT count(*) FROM {table} WHERE project_id = :p"), {"p": project.id})
+            assert written.scalar() == (table == "messages"), table  # the batch's good row
+    shallow = '{"a": ' + "[" * 31 + "]" * 31 + "}"
+    assert client.post("/v1/messages", data=f'{one}, "data": {shallow}}}', headers=headers).status_code == 202

@@ -30,6 +30,18 @@ def test_over_the_limit_is_429_with_headers(client):
     assert limited.get_json()["code"] == 429
 
 
+def test_test_keys_have_the_deployments_request_limit_unless_the_project_sets_one(client, settings, migrated):
+    assert migrated.test_rate_limit_per_min == 1500
+    configure(replace(settings, test_rate_limit_per_min=3))
+    project = create_project(client)
+    answers = [project.call("GET", "/v1/templates", key=project.test_key) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert answers[0].headers["RateLimit-Limit"] == "3"
+    assert [project.call("GET", "/v1/templates").status_code for _ in range(4)] == [200] * 4  # live: none
+    own = create_project(client, rate_limit_per_min=5)
+    assert [own.call("GET", "/v1/templates", key=own.test_key).status_code for _ in range(4)] == [200] * 4
+
+
 def test_reads_count_against_the_same_limit(client):
     project = create_project(client, rate_limit_per_min=2)
     message_id = project.send(email()).get_json()["id"]

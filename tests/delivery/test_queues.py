@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.config import Settings
 from app.delivery import dispatch
 from app.delivery.broker import celery_app
-from app.delivery.queues import BEAT_QUEUE, active_providers, all_queues
+from app.delivery.queues import BEAT_QUEUE, active_providers, all_queues, transactional_queues
 from app.enums import Channel, Priority
 from tests.conftest import make_env
 
@@ -27,6 +27,12 @@ def test_the_worker_listens_on_every_routed_queue(worker, settings):
     listening = {queue.name for queue in worker.app.amqp.queues.consume_from.values()}
     assert routed_queues(settings) <= listening
     assert BEAT_QUEUE in listening
+
+
+def test_the_transactional_worker_takes_every_transactional_lane_and_nothing_else(settings):
+    """`tidings worker --transactional`: the lanes bulk work never reaches, each of them."""
+    routed = routed_queues(settings)
+    assert set(transactional_queues(settings)) == {q for q in routed if q.endswith(".transactional")}
 
 
 def test_transactional_lanes_come_first(settings):
