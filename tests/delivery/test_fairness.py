@@ -18,6 +18,7 @@ from sqlalchemy import text
 from app.config import current_settings
 from app.delivery import dispatch, fairness
 from app.delivery.broker import celery_app
+from app.delivery.pacing import SLICES
 from app.delivery.queues import deliver_queue, prepare_queue
 from tasks.celery_app import configure
 from tasks.deliver import deliver_next, paced_turn
@@ -126,8 +127,8 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
     for published in dispatch.deliver_by_lane(ready):  # as prepare hands them on, without the tokens
         fairness.deposit(client, published.lane, published.pieces)
     try:
-        for window in (1, 2):  # a grant of one chunk each: no token goes back to the broker
-            with paced(settings, "fake2", size * window):
+        for window in (1, 2):  # a grant (a slice of the pace) of one chunk each: no token goes back to the broker
+            with paced(settings, "fake2", size * window * SLICES):
                 deliver_next("fake2", "transactional")
     finally:
         client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
@@ -155,7 +156,8 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
     flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
     fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
     try:
-        granted = [paced_turn(settings, client, "postmark", "transactional", rate) for rate in (150, 300)]
+        # A grant is a slice of the pace, a tenth: 150 of 1,500, then 300 of 3,000 less the 150.
+        granted = [paced_turn(settings, client, "postmark", "transactional", rate)[0] for rate in (1500, 3000)]
     finally:
         with celery_app.connection_for_write() as connection:
             connection.default_channel.queue_purge(lane)

@@ -6,7 +6,7 @@ import redis
 from sqlalchemy import text
 
 from app.delivery import fairness
-from app.delivery.pacing import WINDOW_MS
+from app.delivery.pacing import SLICES, WINDOW_MS
 from app.delivery.queues import deliver_queue
 from tasks.deliver import deliver_next
 from tests.delivery.test_fairness import paced
@@ -32,7 +32,7 @@ def test_rows_the_pace_puts_off_are_due_when_it_has_room_however_long_their_toke
     fairness.deposit(client, lane, [(project, ids)])
     client.set(fairness.count(lane), 1000)  # a lane that counts 1,000 chunks waiting
     try:
-        with paced(settings, "fake2", 5):  # room for 5 of the 10
+        with paced(settings, "fake2", 5 * SLICES):  # room for 5 of the 10 in a slice
             deliver_next("fake2", "bulk")
     finally:  # the chunk given back and the window are this test's: no later test may take them
         client.delete(fairness.count(lane), fairness.ring(lane), fairness.lists(lane) + project, "tidings:pace:fake2")
