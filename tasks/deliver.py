@@ -23,7 +23,7 @@ from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import adapters, device_store, dispatch, fairness, store, waiting_room
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
-from app.delivery.pacing import Held, ProviderPacer
+from app.delivery.pacing import SLICES, WINDOW_MS, Held, ProviderPacer
 from app.delivery.pauses import ProviderPauses
 from app.delivery.queues import deliver_queue
 from app.enums import Channel, MessageStatus, Priority
@@ -148,9 +148,10 @@ def redeliver(provider: str, priority: str, ids: Sequence[str], wait: float) -> 
 
 def spread(waiting: int, rate: float, chunk: int) -> float:
     """Seconds at random beyond the pace's wait for a token of a lane where `waiting` chunks
-    wait: none while they are few enough for the pace to take at its next window, else
-    spread so that they wake about twice as often as the pace has room for a chunk."""
-    room = 2 * max(rate / chunk, 1.0)
+    wait: none while they are few enough for the pace to take at its next grants, else
+    spread so that they wake about twice as often as the pace has room for a grant (a
+    chunk, or a slice of the pace where a slice is less)."""
+    room = 2 * max(rate / chunk, SLICES / (WINDOW_MS / 1000))
     return 0.0 if waiting <= room else random.uniform(0, waiting / room)
 
 
@@ -214,7 +215,7 @@ def send(
         with session_scope(config.database_url) as session:
             claimed = in_order(store.claim(session, provider, run.ids, current_worker(), str(uuid.uuid4())))
             files, known = materials(session, claimed)
-        if held is not None and claimed:
+        if held is not None and claimed:  # the claim committed: the call is next
             ProviderPacer(client).stamp(held)
         run.took(row.id for row in claimed)  # the rest are not this run's to count: another run's, or done
         return send_claimed(config, client, provider, priority, claimed, files, known)

@@ -23,56 +23,58 @@ from dataclasses import dataclass
 
 import redis
 
-# Keys: the window's sorted set. Args: limit, window (ms), requested, a unique member id, slices.
-# Members are "<id>:<count>" scored by grant time; the script sums the counts still inside
-# the window and inside its last slice, grants what both have left, and says how long until
-# the grant that holds the room leaves (the window's oldest, or the slice's).
+# Keys: the window's sorted set, the slices' sorted set. Args: limit, window (ms), requested,
+# a unique member id, slices. Members of both are "<id>:<count>": in the window scored by
+# the grant's time until it is stamped, then by its stamp's; in the slices by the grant's
+# time, so a stamp paces the provider's window without holding up the next slice. The
+# script grants what both have left, and says how long until the grant that holds the room
+# leaves (the slice's oldest, or the window's).
 _ACQUIRE = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local requested = tonumber(ARGV[3])
-local slices = tonumber(ARGV[5])
-local slice = window / slices
-local slice_limit = math.ceil(limit / slices)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local used, recent, slice_oldest = 0, 0, nil
-local grants = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-for i = 1, #grants, 2 do
-  local count, at = tonumber(string.match(grants[i], ':(%d+)$')), tonumber(grants[i + 1])
-  used = used + count
-  if at > now - slice then
-    recent = recent + count
-    if slice_oldest == nil then slice_oldest = at end
-  end
+local slice = window / tonumber(ARGV[5])
+local function held(key, since)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', since)
+  local total, grants = 0, redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #grants, 2 do total = total + tonumber(string.match(grants[i], ':(%d+)$')) end
+  return total, tonumber(grants[2])
 end
+local used, oldest = held(KEYS[1], now - window)
+local recent, slice_oldest = held(KEYS[2], now - slice)
 local room = math.max(limit - used, 0)
-local granted = math.min(requested, room, math.max(slice_limit - recent, 0))
+local granted = math.min(requested, room, math.max(math.ceil(limit / tonumber(ARGV[5])) - recent, 0))
 if granted > 0 then
-  redis.call('ZADD', KEYS[1], now, ARGV[4] .. ':' .. granted)
-  redis.call('PEXPIRE', KEYS[1], window)
+  for _, key in ipairs(KEYS) do
+    redis.call('ZADD', key, now, ARGV[4] .. ':' .. granted)
+    redis.call('PEXPIRE', key, window)
+  end
 end
 local wait = 0
 if granted < requested then
-  if room > granted and slice_oldest ~= nil then
+  if room > granted and slice_oldest then
     wait = math.max(math.ceil(slice_oldest + slice - now), 1)
+  elseif oldest then
+    wait = math.max(math.ceil(oldest + window - now), 1)
   else
-    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    if #oldest > 0 then wait = tonumber(oldest[2]) + window - now else wait = 1 end
+    wait = 1
   end
 end
 return {granted, wait}
 """
 
-# Keys: the window's sorted set. Args: the grant's member id, what it was granted, what it keeps.
-# The grant keeps its time and gives the rest back to the window.
+# Keys: the window's sorted set, the slices'. Args: the grant's member id, what it was
+# granted, what it keeps. The grant keeps its time and gives the rest back to both.
 _GIVE_BACK = """
-local member = ARGV[1] .. ':' .. ARGV[2]
-local score = redis.call('ZSCORE', KEYS[1], member)
-if score then
-  redis.call('ZREM', KEYS[1], member)
-  if tonumber(ARGV[3]) > 0 then redis.call('ZADD', KEYS[1], score, ARGV[1] .. ':' .. ARGV[3]) end
+for _, key in ipairs(KEYS) do
+  local member = ARGV[1] .. ':' .. ARGV[2]
+  local score = redis.call('ZSCORE', key, member)
+  if score then
+    redis.call('ZREM', key, member)
+    if tonumber(ARGV[3]) > 0 then redis.call('ZADD', key, score, ARGV[1] .. ':' .. ARGV[3]) end
+  end
 end
 """
 
@@ -125,9 +127,7 @@ class ProviderPacer:
         every rate is a whole number of sends per window."""
         window_ms = window_of(rate_per_second)
         limit = max(int(rate_per_second * window_ms / WINDOW_MS), 1)
-        granted, wait_ms = self._acquire(
-            keys=[f"tidings:pace:{provider}"], args=[limit, window_ms, requested, grant_id, SLICES]
-        )
+        granted, wait_ms = self._acquire(keys=keys(provider), args=[limit, window_ms, requested, grant_id, SLICES])
         return Grant(int(granted), int(wait_ms) / 1000)
 
     def stamp(self, held: Held) -> None:
@@ -141,9 +141,14 @@ class ProviderPacer:
         """Return what a grant took and will not send (rows a repeat found sent, a lane that
         had fewer waiting), so the window's room goes to whoever asks next."""
         if used < granted:
-            self._give_back(keys=[f"tidings:pace:{provider}"], args=[grant_id, granted, used])
+            self._give_back(keys=keys(provider), args=[grant_id, granted, used])
 
 
 def window_of(rate_per_second: float) -> int:
     """The window (ms): below one per second it widens (0.5/s: one per two seconds)."""
     return WINDOW_MS if rate_per_second >= 1 else int(WINDOW_MS / rate_per_second)
+
+
+def keys(provider: str) -> list[str]:
+    """The window's sorted set and the slices'."""
+    return [f"tidings:pace:{provider}", f"tidings:pace:{provider}:slices"]

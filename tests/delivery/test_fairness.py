@@ -16,7 +16,7 @@ from celery.worker import state
 from sqlalchemy import text
 
 from app.config import current_settings
-from app.delivery import dispatch, fairness
+from app.delivery import dispatch, fairness, pacing
 from app.delivery.broker import celery_app
 from app.delivery.pacing import SLICES
 from app.delivery.queues import deliver_queue, prepare_queue
@@ -117,7 +117,7 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
     shared between them, not given whole to the first project's flood."""
     client = redis.Redis.from_url(settings.redis_url)
     lane = deliver_queue("fake2", "transactional")
-    client.delete("tidings:pace:fake2", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    client.delete(*pacing.keys("fake2"), *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
     flood, other = new_project(engine), new_project(engine)
     flooded, waiting = ready_for(engine, flood, 300, "fake2"), ready_for(engine, other, 2, "fake2")
     size = dispatch.deliver_chunk("fake2")
@@ -151,7 +151,7 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
     lane no worker consumes: the tokens the pace puts off stay in the broker until purged."""
     client = redis.Redis.from_url(settings.redis_url)
     lane = deliver_queue("postmark", "transactional")
-    client.delete("tidings:pace:postmark", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    client.delete(*pacing.keys("postmark"), *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
     flood, other = new_project(engine), new_project(engine)
     flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
     fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
@@ -376,7 +376,7 @@ def test_a_repeat_of_a_chunk_spends_no_pace_on_rows_already_sent(engine, setting
     """The sweeper dispatches rows that wait their turn long again; the repeat must not take
     the provider's rate for the rows the first copy sent."""
     client = redis.Redis.from_url(settings.redis_url)
-    client.delete("tidings:pace:fake2")
+    client.delete(*pacing.keys("fake2"))
     project = new_project(engine)
     ids = ready_messages(engine, 3, project)
     with engine.begin() as connection:
