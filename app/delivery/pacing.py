@@ -92,7 +92,7 @@ end
 
 # A second, plus a margin for the time between a grant's stamp and its request reaching the
 # provider: the call's setup and the network, a few milliseconds.
-WINDOW_MS = 1050
+WINDOW_MS = 1100
 # A window is granted in this many slices, each at most its share of the pace.
 SLICES = 10
 
