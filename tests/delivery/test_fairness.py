@@ -5,6 +5,7 @@ gets the whole lane."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -201,29 +202,43 @@ def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behin
 
 
 @pytest.mark.usefixtures("worker")
-def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_a_grant(
+def test_a_projects_single_sends_during_a_flood_go_with_the_next_slice_of_its_pace(
     client, engine, settings, fake_provider
 ):
     """A's 4,000 transactional messages, then B's 20 single sends one after another while they
     go, each prepared before the next comes, as a steady sender's are. Each of B's is then a
     chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
-    took one or two of B's beside A's, so B's 20 went in most of 20 grants (16 in one run),
-    behind the flood; in equal shares of ids, a grant takes every one of B's waiting (3)."""
-    singles = 20
-    with transactional_flood(engine, settings, fake_provider, rate=25) as flooded:
+    took one or two of B's beside A's, so B's went in most of 20 grants, behind the flood. In
+    equal shares of ids from a pace granted in slices (a tenth of the rate, app/delivery/pacing.py),
+    each of B's goes with the next grant: at most the grants already in flight and a slice of
+    A's reach the provider from when it is ready to when it does (a whole window, 25, when the
+    pace was granted a window at once)."""
+    singles, rate = 20, 25
+    readied: list[float] = []
+    with transactional_flood(engine, settings, fake_provider, rate=rate) as flooded:
         other = create_project(client)
         sends = []
         for n in range(singles):
             sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
             other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
+            readied.append(time.time())
         for message_id in sends:
             other.wait_for(message_id, {"sent"}, timeout=120)
-    receipts = fake_provider.delivered()
-    ours = [n for n, receipt in enumerate(receipts) if receipt.message_id in set(sends)]
-    assert len(ours) == singles
-    assert any(receipt.message_id in flooded for receipt in receipts[ours[-1] + 1 :]), "the flood was over"
-    calls = {receipts[n].request for n in ours}
-    assert len(calls) <= singles // 2, f"B's {singles} single sends went in {len(calls)} of the flood's grants"
+        last = max(r.at for r in fake_provider.delivered() if r.message_id in set(sends))
+        receipts = wait_until(  # B's went while the flood still had to go: it went on after them
+            fake_provider.delivered,
+            lambda seen: any(r.message_id in flooded and r.at > last for r in seen),
+            10,
+            "the flood to go on after B's last send",
+        )
+    arrived = {r.message_id: r.at for r in receipts if r.message_id in set(sends)}
+    assert len(arrived) == singles
+    ahead = [
+        sum(1 for r in receipts if r.message_id in flooded and ready < r.at <= arrived[message_id])
+        for message_id, ready in zip(sends, readied, strict=True)
+    ]
+    slice_of_pace = math.ceil(rate / 10)  # a tenth of the pace, as the pacer grants it (SLICES)
+    assert max(ahead) <= 3 * slice_of_pace, f"A's messages that reached the provider before each of B's: {ahead}"
 
 
 @contextmanager
