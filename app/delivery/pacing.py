@@ -91,7 +91,8 @@ end
 """
 
 # A second, plus a margin for the time between a grant's stamp and its request reaching the
-# provider: the call's setup and the network, a few milliseconds.
+# provider (the call's setup, the network): 0.02 s typically, up to 0.1-0.19 s with the cores
+# of a two-core machine kept busy (tests/faults/test_pace_at_provider.py prints it).
 WINDOW_MS = 1100
 # A window is granted in this many slices, each at most its share of the pace.
 SLICES = 10
