@@ -23,7 +23,7 @@ from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import adapters, device_store, dispatch, fairness, store, waiting_room
 from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
-from app.delivery.pacing import ProviderPacer
+from app.delivery.pacing import SLICES, WINDOW_MS, Held, ProviderPacer
 from app.delivery.pauses import ProviderPauses
 from app.delivery.queues import deliver_queue
 from app.enums import Channel, MessageStatus, Priority
@@ -83,11 +83,11 @@ def deliver_next(self: Task, provider: str, priority: str = Priority.BULK) -> No
                     fairness.withdraw(client, deliver_queue(provider, priority), dispatch.deliver_chunk(provider))
                 )
             )
-            owners = dict(taken)
+            owners, held = dict(taken), None
         else:
-            owners = paced_turn(config, client, provider, priority, rate, taken=taken)
+            owners, held = paced_turn(config, client, provider, priority, rate, taken=taken)
         if owners:
-            deliver_batch(config, provider, list(owners), priority, owners, pace=False)
+            deliver_batch(config, provider, list(owners), priority, owners, held)
 
 
 def paced_turn(
@@ -98,10 +98,10 @@ def paced_turn(
     rate: float,
     *,
     taken: dict[str, str] | None = None,
-) -> dict[str, str]:
+) -> tuple[dict[str, str], Held]:
     """The ids (→ project) the pace grants this token, taken in turn only once granted, so a
-    project whose turn comes is never passed over for the pace; what a grant does not use
-    goes back to the pace. A token granted less than a chunk comes back when the pace has
+    project whose turn comes is never passed over for the pace, and the grant they hold;
+    what a grant does not use goes back to the pace. A token granted less than a chunk comes back when the pace has
     room while its lane holds more. What it takes is in `taken` as soon as it has it, for a
     run that loses its connection to send again."""
     lane, size, grant_id = deliver_queue(provider, priority), dispatch.deliver_chunk(provider), uuid.uuid4().hex
@@ -118,7 +118,7 @@ def paced_turn(
     if grant.granted < size and (waiting := fairness.waiting(client, lane)):
         publish(dispatch.deliver_token(provider, priority, grant.wait_seconds + spread(waiting, rate, size)))
         increment(client, "pacing_postponed", size - grant.granted, provider=provider)  # what it asked for and waits
-    return owners
+    return owners, Held(provider, rate, grant_id, len(owners))
 
 
 @celery_app.task(name="tidings.deliver_waiting", bind=True)
@@ -148,9 +148,10 @@ def redeliver(provider: str, priority: str, ids: Sequence[str], wait: float) -> 
 
 def spread(waiting: int, rate: float, chunk: int) -> float:
     """Seconds at random beyond the pace's wait for a token of a lane where `waiting` chunks
-    wait: none while they are few enough for the pace to take at its next window, else
-    spread so that they wake about twice as often as the pace has room for a chunk."""
-    room = 2 * max(rate / chunk, 1.0)
+    wait: none while they are few enough for the pace to take at its next grants, else
+    spread so that they wake about twice as often as the pace has room for a grant (a
+    chunk, or a slice of the pace where a slice is less)."""
+    room = 2 * max(rate / chunk, SLICES / (WINDOW_MS / 1000))
     return 0.0 if waiting <= room else random.uniform(0, waiting / room)
 
 
@@ -160,10 +161,11 @@ def deliver_batch(
     ids: list[str],
     priority: str,
     owners: Mapping[str, str] | None = None,
-    pace: bool = True,
+    held: Held | None = None,
 ) -> None:
-    """One batch, however it came; `pace` unless the provider's pace was taken for it. A
-    pause puts it off, back to its projects' turn where it has `owners` (id → project)."""
+    """One batch, however it came, at the provider's pace: the grant it `held` if one was
+    taken for it, else one taken here. A pause puts it off, back to its projects' turn where
+    it has `owners` (id → project)."""
     client = redis_for(config.redis_url)
     paused_for = ProviderPauses(client).seconds_left(provider)
     if paused_for is not None:
@@ -173,7 +175,7 @@ def deliver_batch(
     admitted = failover.admit(config, client, provider, priority, ids)
     runs: list[tuple[Sequence[Row], SendRun]] = []
     try:
-        runs = send(config, client, provider, priority, admitted.ids, pace)
+        runs = send(config, client, provider, priority, admitted.ids, held)
     finally:
         # Once per batch, and always for a probe: it must give its place back whatever happened.
         if runs or admitted.probe:
@@ -188,16 +190,20 @@ def deliver_batch(
 
 
 def send(
-    config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str], pace: bool
+    config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str], held: Held | None
 ) -> list[tuple[Sequence[Row], SendRun]]:
-    """Pace (if `pace`), claim, send and finalise; what each account of the provider said."""
+    """Pace (unless a grant is `held`), claim, stamp the grant, send and finalise; what each
+    account of the provider said. The grant is stamped once the rows are claimed, so the
+    pace counts it from about when its request reaches the provider (app/delivery/pacing.py)."""
     rate = config.rates.get(provider)
-    if pace and rate is not None and ids:
-        grant = ProviderPacer(client).acquire(provider, rate, len(ids), uuid.uuid4().hex)
+    if held is None and rate is not None and ids:
+        grant_id = uuid.uuid4().hex
+        grant = ProviderPacer(client).acquire(provider, rate, len(ids), grant_id)
         if grant.granted < len(ids):
             postpone(config, provider, priority, ids[grant.granted :], grant.wait_seconds)
             increment(client, "pacing_postponed", len(ids) - grant.granted, provider=provider)
         ids = ids[: grant.granted]
+        held = Held(provider, rate, grant_id, grant.granted) if ids else None
     if not ids:
         return []
     fail = isolation.fail_message(config, "deliver", MessageStatus.READY)
@@ -209,6 +215,8 @@ def send(
         with session_scope(config.database_url) as session:
             claimed = in_order(store.claim(session, provider, run.ids, current_worker(), str(uuid.uuid4())))
             files, known = materials(session, claimed)
+        if held is not None and claimed:  # the claim committed: the call is next
+            ProviderPacer(client).stamp(held)
         run.took(row.id for row in claimed)  # the rest are not this run's to count: another run's, or done
         return send_claimed(config, client, provider, priority, claimed, files, known)
 

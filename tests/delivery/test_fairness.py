@@ -5,6 +5,7 @@ gets the whole lane."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +17,9 @@ from celery.worker import state
 from sqlalchemy import text
 
 from app.config import current_settings
-from app.delivery import dispatch, fairness
+from app.delivery import dispatch, fairness, pacing
 from app.delivery.broker import celery_app
+from app.delivery.pacing import SLICES
 from app.delivery.queues import deliver_queue, prepare_queue
 from tasks.celery_app import configure
 from tasks.deliver import deliver_next, paced_turn
@@ -116,7 +118,7 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
     shared between them, not given whole to the first project's flood."""
     client = redis.Redis.from_url(settings.redis_url)
     lane = deliver_queue("fake2", "transactional")
-    client.delete("tidings:pace:fake2", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    client.delete(*pacing.keys("fake2"), *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
     flood, other = new_project(engine), new_project(engine)
     flooded, waiting = ready_for(engine, flood, 300, "fake2"), ready_for(engine, other, 2, "fake2")
     size = dispatch.deliver_chunk("fake2")
@@ -126,8 +128,8 @@ def test_a_paced_lane_grants_the_projects_waiting_on_it_in_turn(engine, settings
     for published in dispatch.deliver_by_lane(ready):  # as prepare hands them on, without the tokens
         fairness.deposit(client, published.lane, published.pieces)
     try:
-        for window in (1, 2):  # a grant of one chunk each: no token goes back to the broker
-            with paced(settings, "fake2", size * window):
+        for window in (1, 2):  # a grant (a slice of the pace) of one chunk each: no token goes back to the broker
+            with paced(settings, "fake2", size * window * SLICES):
                 deliver_next("fake2", "transactional")
     finally:
         client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
@@ -150,12 +152,13 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
     lane no worker consumes: the tokens the pace puts off stay in the broker until purged."""
     client = redis.Redis.from_url(settings.redis_url)
     lane = deliver_queue("postmark", "transactional")
-    client.delete("tidings:pace:postmark", *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
+    client.delete(*pacing.keys("postmark"), *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
     flood, other = new_project(engine), new_project(engine)
     flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
     fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
     try:
-        granted = [paced_turn(settings, client, "postmark", "transactional", rate) for rate in (150, 300)]
+        # A grant is a slice of the pace, a tenth: 150 of 1,500, then 300 of 3,000 less the 150.
+        granted = [paced_turn(settings, client, "postmark", "transactional", rate)[0] for rate in (1500, 3000)]
     finally:
         with celery_app.connection_for_write() as connection:
             connection.default_channel.queue_purge(lane)
@@ -199,29 +202,43 @@ def test_a_transactional_flood_does_not_hold_another_projects_single_sends_behin
 
 
 @pytest.mark.usefixtures("worker")
-def test_a_projects_single_sends_during_a_flood_go_in_few_of_its_grants_not_one_a_grant(
+def test_a_projects_single_sends_during_a_flood_go_with_the_next_slice_of_its_pace(
     client, engine, settings, fake_provider
 ):
     """A's 4,000 transactional messages, then B's 20 single sends one after another while they
     go, each prepared before the next comes, as a steady sender's are. Each of B's is then a
     chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
-    took one or two of B's beside A's, so B's 20 went in most of 20 grants (16 in one run),
-    behind the flood; in equal shares of ids, a grant takes every one of B's waiting (3)."""
-    singles = 20
-    with transactional_flood(engine, settings, fake_provider, rate=25) as flooded:
+    took one or two of B's beside A's, so B's went in most of 20 grants, behind the flood. In
+    equal shares of ids from a pace granted in slices (a tenth of the rate, app/delivery/pacing.py),
+    each of B's goes with the next grant: at most the grants already in flight (one a thread of
+    the worker's four) and a slice of A's reach the provider from when it is ready to when it
+    does (30 once, past a whole window of 25, when the pace was granted a window at once)."""
+    singles, rate = 20, 25
+    readied: list[float] = []
+    with transactional_flood(engine, settings, fake_provider, rate=rate) as flooded:
         other = create_project(client)
         sends = []
         for n in range(singles):
             sends.append(other.send(email(to=f"b{n}@example.com")).get_json()["id"])
             other.wait_for(sends[-1], {"ready", "sending", "sent"})  # prepared: a chunk of its own
+            readied.append(time.time())
         for message_id in sends:
             other.wait_for(message_id, {"sent"}, timeout=120)
-    receipts = fake_provider.delivered()
-    ours = [n for n, receipt in enumerate(receipts) if receipt.message_id in set(sends)]
-    assert len(ours) == singles
-    assert any(receipt.message_id in flooded for receipt in receipts[ours[-1] + 1 :]), "the flood was over"
-    calls = {receipts[n].request for n in ours}
-    assert len(calls) <= singles // 2, f"B's {singles} single sends went in {len(calls)} of the flood's grants"
+        last = max(r.at for r in fake_provider.delivered() if r.message_id in set(sends))
+        receipts = wait_until(  # B's went while the flood still had to go: it went on after them
+            fake_provider.delivered,
+            lambda seen: any(r.message_id in flooded and r.at > last for r in seen),
+            10,
+            "the flood to go on after B's last send",
+        )
+    arrived = {r.message_id: r.at for r in receipts if r.message_id in set(sends)}
+    assert len(arrived) == singles
+    ahead = [
+        sum(1 for r in receipts if r.message_id in flooded and ready < r.at <= arrived[message_id])
+        for message_id, ready in zip(sends, readied, strict=True)
+    ]
+    slice_of_pace = math.ceil(rate / 10)  # a tenth of the pace, as the pacer grants it (SLICES)
+    assert max(ahead) <= (4 + 1) * slice_of_pace, f"A's messages that reached the provider before each of B's: {ahead}"
 
 
 @contextmanager
@@ -374,7 +391,7 @@ def test_a_repeat_of_a_chunk_spends_no_pace_on_rows_already_sent(engine, setting
     """The sweeper dispatches rows that wait their turn long again; the repeat must not take
     the provider's rate for the rows the first copy sent."""
     client = redis.Redis.from_url(settings.redis_url)
-    client.delete("tidings:pace:fake2")
+    client.delete(*pacing.keys("fake2"))
     project = new_project(engine)
     ids = ready_messages(engine, 3, project)
     with engine.begin() as connection:

@@ -8,8 +8,9 @@ import uuid
 import pytest
 import redis
 
-from app.delivery.pacing import ProviderPacer
+from app.delivery.pacing import SLICES, WINDOW_MS, ProviderPacer, window_of
 from app.delivery.pauses import ProviderPauses
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -17,37 +18,49 @@ def client(migrated) -> redis.Redis:
     return redis.Redis.from_url(migrated.redis_url)
 
 
-def test_a_batch_gets_what_the_window_has_left_and_the_wait_for_the_rest(client):
+def test_a_batch_gets_what_the_slice_has_left_and_the_wait_for_the_rest(client):
+    """A window of 100 is granted a tenth per tenth of it: the rest waits a slice, not a window."""
     pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
-    first = pacer.acquire(provider, 10, 6, "a")
-    second = pacer.acquire(provider, 10, 6, "b")
-    third = pacer.acquire(provider, 10, 6, "c")
+    first = pacer.acquire(provider, 100, 6, "a")
+    second = pacer.acquire(provider, 100, 6, "b")
+    third = pacer.acquire(provider, 100, 6, "c")
     assert (first.granted, second.granted, third.granted) == (6, 4, 0)
     assert first.wait_seconds == 0
-    assert 0.9 < third.wait_seconds <= 1.05
+    assert 0 < third.wait_seconds <= WINDOW_MS / 1000 / SLICES
+
+
+def test_a_full_window_waits_for_its_oldest_grant(client):
+    """Below ten a second a slice is one send; the window still holds the pace."""
+    pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
+    assert pacer.acquire(provider, 2, 1, "a").granted == 1
+    assert pacer.acquire(provider, 2, 1, "b").granted == 0  # the slice is full
+    wait_until(lambda: pacer.acquire(provider, 2, 1, "b"), lambda g: g.granted == 1, 1, "the next slice", 0.01)
+    third = pacer.acquire(provider, 2, 1, "c")
+    assert third.granted == 0
+    assert 0.5 < third.wait_seconds <= WINDOW_MS / 1000
 
 
 def test_what_a_grant_does_not_use_goes_back_to_the_window(client):
     """A token asks for a chunk before it knows how many ids wait their turn: what it could not
     use is the next asker's, not lost to the window."""
     pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
-    assert pacer.acquire(provider, 10, 10, "a").granted == 10
+    assert pacer.acquire(provider, 100, 10, "a").granted == 10
     pacer.give_back(provider, "a", granted=10, used=4)
-    assert pacer.acquire(provider, 10, 10, "b").granted == 6
+    assert pacer.acquire(provider, 100, 10, "b").granted == 6
     pacer.give_back(provider, "b", granted=6, used=0)
-    assert pacer.acquire(provider, 10, 10, "c").granted == 6
+    assert pacer.acquire(provider, 100, 10, "c").granted == 6
 
 
 def test_paces_are_per_provider(client):
     pacer = ProviderPacer(client)
-    assert pacer.acquire(f"a-{uuid.uuid4().hex}", 5, 5, "x").granted == 5
-    assert pacer.acquire(f"b-{uuid.uuid4().hex}", 5, 5, "y").granted == 5
+    assert pacer.acquire(f"a-{uuid.uuid4().hex}", 50, 5, "x").granted == 5
+    assert pacer.acquire(f"b-{uuid.uuid4().hex}", 50, 5, "y").granted == 5
 
 
 def test_below_one_per_second_the_window_widens(client):
     pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
     assert pacer.acquire(provider, 0.5, 3, "a").granted == 1
-    assert 2.0 < pacer.acquire(provider, 0.5, 1, "b").wait_seconds <= 2.1
+    assert 2.0 < pacer.acquire(provider, 0.5, 1, "b").wait_seconds <= window_of(0.5) / 1000
 
 
 def test_a_timed_pause_never_shortens_a_longer_one(client):

@@ -41,7 +41,8 @@ pytestmark = pytest.mark.netns
 HOSTS = 3
 # The provider's pace, shared by every worker on every host.
 PACE = 30
-# The pacer admits PACE calls per 1.05 s of grants (Redis time); the provider stamps a call
+# The pacer admits PACE calls per 1.1 s of stamped grants (Redis time; app/delivery/pacing.py);
+# this bound dates from 1.05 s windows of unstamped grants. The provider stamps a call
 # after the worker's claim in PostgreSQL, the HTTP request and its own hold. Read from Redis
 # beside the provider's stamps, that lag ran from 0.08 to 0.27 s on this loaded 2-core
 # machine (a host's first call the slowest), so two full calls ≥ 1.05 s apart at the pacer

@@ -1,8 +1,8 @@
-"""A provider that pushes back: 429 pauses, a shared pace, 503 storms, and lanes under load."""
+"""A provider that pushes back: 429 pauses, 503 storms, and lanes under load (the shared pace:
+test_pace_at_provider.py)."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import time
 from collections import Counter
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
-from app.delivery.pacing import WINDOW_MS
 from app.delivery.retry import LADDER_SECONDS
 from tests.faults.stack import FAST_RECOVERY, assert_ledger_agrees, insert_accepted, statuses, wait_until_terminal
 from tests.provider_server import MESSAGES_PATH, Call, json_response
@@ -96,56 +95,6 @@ def insert_sms(engine, project_id: str, count: int) -> list[str]:
                 {"project": project_id, "count": count},
             ).scalars()
         )
-
-
-def leave_no_work_behind(engine) -> None:
-    """Cancel what earlier tests left unfinished in the shared database: the stack's sweeper
-    would hand it to this test's provider, sharing the pace the test measures."""
-    with engine.begin() as connection:
-        connection.execute(
-            text(
-                "UPDATE messages SET status = 'cancelled' "
-                "WHERE status IN ('accepted', 'scheduled', 'ready', 'retrying', 'sending')"
-            )
-        )
-
-
-PACE = 20  # per second, shared by the two workers of the pace test
-# The pace is taken when a run is granted its sends, and the provider counts them when its
-# request arrives, after the run's claim (a database transaction) and the call's setup: on
-# a busy two-core machine that lag varies by up to this much from one request to another.
-# The pacer's own window is a second and a twentieth (app/delivery/pacing.py, WINDOW_MS), so
-# any window of the provider's shorter by this lag holds what one pacer window granted at most.
-LAG_SPREAD = 0.1
-
-
-def test_two_worker_processes_share_one_pace(make_stack, provider, engine, fault_project):
-    provider.latency = 0.0
-    leave_no_work_behind(engine)
-    stack = make_stack(FAKE_RATE_PER_SEC=str(PACE))
-    ids = insert_accepted(engine, fault_project, 200)
-    stack.start_worker("one", "--concurrency", "4")
-    stack.start_worker("two", "--concurrency", "4")
-    stack.start_beat()
-    stack.publish_prepare(ids)
-    seen = wait_until_terminal(engine, ids, timeout=60)
-    tally = assert_ledger_agrees(ids, seen, provider)
-    ours = set(ids)
-    receipts = [r for r in provider.delivered() if r.message_id in ours]
-    by_worker = dict(Counter(r.sender for r in receipts))
-    arrivals = sorted(r.at for r in receipts)
-    window = WINDOW_MS / 1000 - LAG_SPREAD
-    busiest = {"1 s": busiest_window(arrivals, 1.0), f"{window:g} s": busiest_window(arrivals, window)}
-    tally.report(f"two workers, one pace of {PACE}/s", {"sent by": by_worker, "busiest window": busiest})
-    assert tally.outcomes == {"sent": len(ids)}
-    assert set(by_worker) == {"one", "two"}, f"one worker sent everything: {by_worker}"
-    assert busiest_window(arrivals, window) <= PACE, busiest
-
-
-def busiest_window(arrivals: list[float], seconds: float) -> int:
-    """The most arrivals (sorted, by the provider's clock) in any window of `seconds`: the
-    busiest window starts at an arrival, so trying each is enough."""
-    return max((bisect.bisect_left(arrivals, at + seconds) - i for i, at in enumerate(arrivals)), default=0)
 
 
 STORM_SECONDS = 3.0  # from the first call, by the provider's clock

@@ -5,8 +5,8 @@ from __future__ import annotations
 import redis
 from sqlalchemy import text
 
-from app.delivery import fairness
-from app.delivery.pacing import WINDOW_MS
+from app.delivery import fairness, pacing
+from app.delivery.pacing import SLICES, WINDOW_MS
 from app.delivery.queues import deliver_queue
 from tasks.deliver import deliver_next
 from tests.delivery.test_fairness import paced
@@ -21,7 +21,7 @@ def test_rows_the_pace_puts_off_are_due_when_it_has_room_however_long_their_toke
     worker that takes them next die, the sweeper would leave them that long (55 rows once
     waited 53 s after a host was cut off)."""
     client = redis.Redis.from_url(settings.redis_url)
-    client.delete("tidings:pace:fake2")
+    client.delete(*pacing.keys("fake2"))
     lane = deliver_queue("fake2", "bulk")
     project = new_project(engine)
     ids = ready_messages(engine, 10, project)
@@ -32,10 +32,10 @@ def test_rows_the_pace_puts_off_are_due_when_it_has_room_however_long_their_toke
     fairness.deposit(client, lane, [(project, ids)])
     client.set(fairness.count(lane), 1000)  # a lane that counts 1,000 chunks waiting
     try:
-        with paced(settings, "fake2", 5):  # room for 5 of the 10
+        with paced(settings, "fake2", 5 * SLICES):  # room for 5 of the 10 in a slice
             deliver_next("fake2", "bulk")
     finally:  # the chunk given back and the window are this test's: no later test may take them
-        client.delete(fairness.count(lane), fairness.ring(lane), fairness.lists(lane) + project, "tidings:pace:fake2")
+        client.delete(fairness.count(lane), fairness.ring(lane), fairness.lists(lane) + project, *pacing.keys("fake2"))
     with engine.connect() as connection:
         put_off = (
             connection.execute(
