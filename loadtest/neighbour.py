@@ -312,6 +312,33 @@ def sent_after(setup: Setup, ids: list[str]) -> dict[str, float]:
     return {message_id: float(seconds) for message_id, seconds in rows}
 
 
+def timeline(setup: Setup, phase: Phase, sent: dict[str, float], count: int = 3) -> str:
+    """The phase's `count` slowest victim messages, each as seconds after its creation to
+    being prepared, claimed and sent, with its attempts: where a missed p99 waited."""
+    slowest = sorted((i for i in phase.victim if i in sent), key=sent.__getitem__)[-count:]
+    with setup.db() as session:
+        rows = session.execute(
+            text(
+                """
+                SELECT EXTRACT(EPOCH FROM ready_at - created_at), EXTRACT(EPOCH FROM claimed_at - created_at),
+                       EXTRACT(EPOCH FROM sent_at - created_at), attempts
+                FROM messages WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY sent_at - created_at
+                """
+            ),
+            {"ids": slowest},
+        ).all()
+    shown = [
+        " → ".join(
+            f"{step} {float(at):.2f}"
+            for step, at in zip(("ready", "claimed", "sent"), row[:3], strict=True)
+            if at is not None
+        )
+        + f" ({row[3]} attempts)"
+        for row in rows
+    ]
+    return f"- {phase.name}: " + "; ".join(shown)
+
+
 def wait_for_victim(setup: Setup, ids: list[str]) -> dict[str, float]:
     """The victim's send times once all are sent, or what was sent when SETTLE_SECONDS ran out."""
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -402,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         sent = wait_for_victim(setup, ids)
         deliveries = Deliveries(setup.provider_url, lambda key, at: None)
         deliveries.poll()
+        slowest = [timeline(setup, phase, sent) for phase in phases]
     lines, held = table(phases, sent, deliveries.counts)
     summary = [
         f"noisy neighbour: {clock(args.duration)} in {len(args.phases)} phases, victim {args.victim_rate:g} "
@@ -409,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         f"targets: every victim message sent and received once, p99 ≤ 2 x baseline p99 + 0.5 s, "
         f"no API or worker process past {RSS_LIMIT_MB} MB: {'held' if held else 'MISSED'}",
     ]
-    print("\n".join([*summary, "", *lines]))
+    print("\n".join([*summary, "", *lines, "", "where each phase's slowest victim messages waited:", *slowest]))
     if not args.no_record:
         append_section("Noisy neighbour", "\n".join(f"- {line}" for line in summary) + "\n\n" + "\n".join(lines))
     return 0 if held else 1
