@@ -60,7 +60,7 @@ def configure(settings: Settings) -> Celery:
         # wait behind it, defeating the priority lanes.
         worker_prefetch_multiplier=1,
         # Ctrl-C twice (cold shutdown) still gives running batches this long to finish.
-        worker_soft_shutdown_timeout=30,
+        worker_soft_shutdown_timeout=settings.worker_soft_shutdown,
         # A task running when the broker goes finishes its provider call and writes its
         # outcomes; cancelled, a prefork child died mid-call and left its batch `unknown`
         # although the provider took it (tests/faults/test_broker_loss.py).
