@@ -209,10 +209,12 @@ def test_a_prefork_child_killed_mid_call_is_settled_while_its_worker_lives_on(
         child = pid_of(injection.killed)
         assert child != stack.processes["worker"].pid and os.getpgid(child) == stack.processes["worker"].pid
         os.kill(child, signal.SIGKILL)
+        killed = time.time()
     finally:
         held.release()
     seen = wait_until_terminal(engine, ids, timeout=SETTLE_TIMEOUT)
-    assert_ledger_agrees(ids, seen, provider).report("sigkill-prefork-child-mid-call", injection.show())
+    tally = assert_ledger_agrees(ids, seen, provider)
+    print(tally.report(f"sigkill-prefork-child-mid-call, settled {time.time() - killed:.1f} s after", injection.show()))
     assert set(seen.values()) <= {"sent", "unknown"}
     assert stack.processes["worker"].poll() is None, "the worker's main process died with its child"
     unknown = {i for i, status in seen.items() if status == "unknown"}
