@@ -266,8 +266,9 @@ def test_a_stop_that_outlives_the_soft_shutdown_timeout_is_settled_like_a_death(
     """SIGTERM while a provider call hangs: the warm shutdown waits for it; then SIGQUIT,
     the cold shutdown, waits WORKER_SOFT_SHUTDOWN_SECONDS and cancels. The call outlives
     both, so the worker ends with its claim `sending` (under threads Celery cannot cancel a
-    running task and the worker exits on an unrecoverable error; else its supervisor kills
-    it, as `docker stop` does after its grace): the claim is settled like any dead worker's."""
+    running task and logs an unrecoverable error; whatever still holds the process, its
+    supervisor kills it, as `docker stop` does after its grace): the claim is settled like
+    any dead worker's."""
     provider.deduplicate = False
     provider.override = held = HoldOne(HELD_REQUEST)
     stack = make_stack(FAKE_PROVIDER_IDEMPOTENT="false", WORKER_SOFT_SHUTDOWN_SECONDS="1", **SLOW_BACKSTOPS)
