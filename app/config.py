@@ -82,6 +82,8 @@ class Settings:
     worker_dead_after: float = 10.0
     stalled_after: int = 60
     sweep_interval: float = 10.0
+    # How long a cold shutdown (a second SIGTERM, SIGQUIT) lets running tasks finish first.
+    worker_soft_shutdown: float = 30.0
     host: str = "127.0.0.1"
     port: int = 8000
     flower_port: int = 5555
@@ -171,6 +173,7 @@ class Settings:
             worker_heartbeat=heartbeat,
             worker_dead_after=dead_after,
             sweep_interval=_float(env, "SWEEP_INTERVAL_SECONDS", 10.0, minimum=0.1),
+            worker_soft_shutdown=_float(env, "WORKER_SOFT_SHUTDOWN_SECONDS", 30.0, minimum=0.0),
             host=env.get("TIDINGS_HOST", "127.0.0.1"),
             port=_int(env, "TIDINGS_PORT", 8000, minimum=1, maximum=65535),
             flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1, maximum=65535),

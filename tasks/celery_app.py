@@ -59,8 +59,13 @@ def configure(settings: Settings) -> Celery:
         # One task per pool slot: a prefetched bulk task would make a transactional one
         # wait behind it, defeating the priority lanes.
         worker_prefetch_multiplier=1,
+        # Celery cuts the prefetch after a broker loss with tasks running and restores it as
+        # their acks go; across a failover those acks fail on the closed channel, and after
+        # the second failover the worker took no task for two minutes, until its shutdown
+        # (tests/faults/test_rabbitmq.py). With one task per slot there is nothing to cut.
+        worker_enable_prefetch_count_reduction=False,
         # Ctrl-C twice (cold shutdown) still gives running batches this long to finish.
-        worker_soft_shutdown_timeout=30,
+        worker_soft_shutdown_timeout=settings.worker_soft_shutdown,
         # A task running when the broker goes finishes its provider call and writes its
         # outcomes; cancelled, a prefork child died mid-call and left its batch `unknown`
         # although the provider took it (tests/faults/test_broker_loss.py).

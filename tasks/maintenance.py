@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.changed_rows import changed_rows
 from app.config import Settings, current_settings
-from app.db import enqueue_after_commit, session_scope
+from app.db import enqueue_after_commit, publish, session_scope
 from app.delivery import dispatch, heartbeats, store
 from app.delivery.adapters import provider_instance
 from app.delivery.broker import celery_app
@@ -95,7 +95,8 @@ def sweep() -> dict[str, int]:
     call; where it de-duplicates a repeated request, as the very same calls (tasks/resend.py);
     elsewhere it becomes `unknown` rather than risk a second delivery. The rows a dead
     worker had taken but not yet claimed have not moved since it died: those are dispatched
-    again at once, not after STALLED_AFTER_SECONDS. Before any of that, the provider's
+    again at once, not after STALLED_AFTER_SECONDS, and every chunk waiting in a lane gets a
+    token, for the tokens it held took none of their own. Before any of that, the provider's
     answers a worker kept while the database was away are written (tasks/kept_answers.py):
     a claim whose answers are known is never abandoned.
     """
@@ -104,11 +105,13 @@ def sweep() -> dict[str, int]:
     dead = silent_workers(config, client)
     written, held = write_kept_answers(config, client, [d.worker for d in dead])
     with session_scope(config.database_url) as session:
-        stalled = redispatch_stalled(session, stalled_for(config, dead), spare=bool(dead))
+        stalled = redispatch_stalled(session, stalled_for(config, dead))
         fanouts = redispatch_stalled_fanouts(session, config.stalled_after)
         runs = workflows.redispatch_stalled(session, config.stalled_after)
         abandoned = settle_abandoned(session, config, [d.worker for d in dead], held)
         prune_receipts(session)
+    if dead:
+        restart_lanes(config, client)
     if len(abandoned) < BATCH:  # else the dead may hold more claims, for the next sweep
         heartbeats.forget(client, [d.worker for d in dead])
     counts = {
@@ -141,10 +144,11 @@ def redispatch_waiting() -> int:
     total = 0
     for _ in range(RECONNECT_BATCHES):
         with session_scope(config.database_url) as session:
-            moved = len(redispatch_stalled(session, JUST_MOVED_SECONDS, spare=True))
+            moved = len(redispatch_stalled(session, JUST_MOVED_SECONDS))
         total += moved
         if moved < BATCH:
             break
+    restart_lanes(config, redis_for(config.redis_url))
     logger.warning("dispatched %d waiting rows again after a reconnect", total)
     return total
 
@@ -198,10 +202,15 @@ def stalled_for(config: Settings, dead: Sequence[heartbeats.Silent]) -> float:
     return max(min(since_death, config.stalled_after), config.worker_heartbeat)
 
 
-def redispatch_stalled(session: Session, seconds: float, spare: bool = False) -> Sequence[Row]:
-    """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task;
-    with `spare` tokens for the bulk lanes when a worker died, whose tokens may have left
-    their chunks there (app/delivery/fairness.py FairChunks)."""
+def restart_lanes(config: Settings, client: redis.Redis) -> None:
+    """A token for every chunk waiting in a lane, after a worker died or the broker was lost
+    with the tokens they held (app/delivery/dispatch.py `tokens_for_waiting`)."""
+    for token in dispatch.tokens_for_waiting(client, active_providers(config)):
+        publish(token)
+
+
+def redispatch_stalled(session: Session, seconds: float) -> Sequence[Row]:
+    """Accepted and ready rows untouched for `seconds` (their task was lost) → their next task."""
     stalled = session.execute(
         text(
             """
@@ -215,8 +224,8 @@ def redispatch_stalled(session: Session, seconds: float, spare: bool = False) ->
         ),
         {"batch": BATCH, "stalled": seconds},
     ).all()
-    enqueue_prepare(session, [r for r in stalled if r.status == "accepted"], spare)
-    enqueue_deliver(session, [r for r in stalled if r.status == "ready"], spare)
+    enqueue_prepare(session, [r for r in stalled if r.status == "accepted"])
+    enqueue_deliver(session, [r for r in stalled if r.status == "ready"])
     return stalled
 
 
@@ -336,17 +345,17 @@ def abandoned_event(row: Row) -> store.NewEvent:
     return store.NewEvent(row.id, row.project_id, kind, {"attempt": row.attempts, "reason": reason})
 
 
-def enqueue_prepare(session: Session, rows: Sequence[Row], spare: bool = False) -> None:
+def enqueue_prepare(session: Session, rows: Sequence[Row]) -> None:
     """Per priority and project: bulk work goes back to its project's turn (app/delivery/fairness.py)."""
     by_lane: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
         by_lane[(row.priority, row.project_id)].append(row.id)
     for (priority, project), ids in by_lane.items():
-        for signature in dispatch.prepare(ids, priority, project=project, spare=spare):
+        for signature in dispatch.prepare(ids, priority, project=project):
             enqueue_after_commit(session, signature)
 
 
-def enqueue_deliver(session: Session, rows: Sequence[Row], spare: bool = False) -> None:
+def enqueue_deliver(session: Session, rows: Sequence[Row]) -> None:
     """Per lane and project: one project's poison never shares a deliver task with another's
     rows, so it can neither roll them back nor hold them up; bulk work goes back to its
     project's turn."""
@@ -354,5 +363,5 @@ def enqueue_deliver(session: Session, rows: Sequence[Row], spare: bool = False) 
     for row in rows:
         by_lane[(row.provider, row.priority, row.project_id)].append(row.id)
     for (provider, priority, project), ids in by_lane.items():
-        for signature in dispatch.deliver(provider, priority, ids, project=project, spare=spare):
+        for signature in dispatch.deliver(provider, priority, ids, project=project):
             enqueue_after_commit(session, signature)

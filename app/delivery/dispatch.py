@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
+import redis
 from celery.canvas import Signature
 
 from app.db import Publishable
 from app.delivery.broker import celery_app
-from app.delivery.fairness import FairChunks
+from app.delivery.fairness import FairChunks, chunks_waiting
 from app.delivery.queues import WEBHOOKS_QUEUE, deliver_queue, prepare_queue
 from app.enums import Priority
 from providers import registry
@@ -26,25 +27,25 @@ WEBHOOK_CHUNK = 50
 MIN_DELIVER_CHUNK = 50
 
 
-def prepare(
-    ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None, spare: bool = False
-) -> list[Publishable]:
+def prepare(ids: Sequence[str], priority: str, size: int = CHUNK, project: str | None = None) -> list[Publishable]:
     """Prepare tasks for `ids`; those of a `project` wait its turn in their lane, bulk or
-    transactional (app/delivery/fairness.py), with `spare` tokens where the sweeper queues
-    them again for a dead worker (FairChunks)."""
+    transactional (app/delivery/fairness.py)."""
     if project is not None:
-        return [*prepare_in_turn({project: ids}, priority, spare=spare)]
+        return [*prepare_in_turn({project: ids}, priority)]
     queue = prepare_queue(priority)
     return [
         celery_app.signature("tidings.prepare", args=(chunk, priority), queue=queue) for chunk in _chunks(ids, size)
     ]
 
 
-def prepare_in_turn(by_project: Mapping[str, Sequence[str]], priority: str, *, spare: bool = False) -> list[FairChunks]:
+def prepare_in_turn(by_project: Mapping[str, Sequence[str]], priority: str) -> list[FairChunks]:
     """Prepare tokens for several projects' ids, each project's to wait its turn in the lane."""
-    queue = prepare_queue(priority)
-    token = celery_app.signature("tidings.prepare_next", args=(priority,), queue=queue)
-    return _in_turn(queue, token, by_project, CHUNK, spare=spare)
+    return _in_turn(prepare_queue(priority), prepare_token(priority), by_project, CHUNK)
+
+
+def prepare_token(priority: str) -> Signature:
+    """A token of a prepare lane: it prepares the ids whose projects' turn it is."""
+    return celery_app.signature("tidings.prepare_next", args=(priority,), queue=prepare_queue(priority))
 
 
 def fan_out(batch_id: str, priority: str) -> Signature:
@@ -81,13 +82,11 @@ def deliver(
     countdown: float = 0,
     size: int | None = None,
     project: str | None = None,
-    spare: bool = False,
 ) -> list[Publishable]:
     """Deliver tasks for `ids`; a project's wait their project's turn, and those put off by
-    `countdown` (a provider's pace or pause) go first when that turn comes; `spare` as for
-    `prepare`."""
+    `countdown` (a provider's pace or pause) go first when that turn comes."""
     if project is not None:
-        return [*deliver_in_turn(provider, priority, {project: ids}, countdown, spare=spare)]
+        return [*deliver_in_turn(provider, priority, {project: ids}, countdown)]
     options = {"countdown": countdown} if countdown > 0 else {}
     queue = deliver_queue(provider, priority)
     return [
@@ -97,13 +96,13 @@ def deliver(
 
 
 def deliver_in_turn(
-    provider: str, priority: str, by_project: Mapping[str, Sequence[str]], countdown: float = 0, *, spare: bool = False
+    provider: str, priority: str, by_project: Mapping[str, Sequence[str]], countdown: float = 0
 ) -> list[FairChunks]:
     """Deliver tokens for several projects' ids of one lane, each project's to wait its turn;
     put off by `countdown`, they go first of their project's when its turn comes."""
     token = deliver_token(provider, priority, countdown)
     size = deliver_chunk(provider)
-    return _in_turn(deliver_queue(provider, priority), token, by_project, size, ahead=countdown > 0, spare=spare)
+    return _in_turn(deliver_queue(provider, priority), token, by_project, size, ahead=countdown > 0)
 
 
 def deliver_chunk(provider: str) -> int:
@@ -118,7 +117,7 @@ def deliver_token(provider: str, priority: str, countdown: float = 0) -> Signatu
     return celery_app.signature("tidings.deliver_next", args=(provider, priority), queue=queue, **options)
 
 
-def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]], spare: bool = False) -> list[Publishable]:
+def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]]) -> list[Publishable]:
     """Deliver tokens for (id, provider, priority, project) of many lanes: per lane, each
     project's ids to wait its turn, the tokens shared."""
     lanes: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -127,7 +126,7 @@ def deliver_by_lane(messages: Iterable[tuple[str, str, str, str]], spare: bool =
     return [
         task
         for (provider, priority), by_project in lanes.items()
-        for task in deliver_in_turn(provider, priority, by_project, spare=spare)
+        for task in deliver_in_turn(provider, priority, by_project)
     ]
 
 
@@ -154,6 +153,20 @@ def webhooks(delivery_ids: Sequence[str], countdown: float = 0) -> list[Signatur
     ]
 
 
+def tokens_for_waiting(client: redis.Redis, providers: Iterable[str]) -> list[Signature]:
+    """A token for every chunk waiting in each lane of `providers` and in the prepare lanes.
+
+    A worker that dies (or a broker that is lost) takes the tokens it held with it, and a
+    token takes no chunk of its own: the lane's next tokens take its oldest chunks, so the
+    chunks left without one are the youngest, often deposited after the loss, whose rows
+    have not stood still long enough for any sweep to queue them again. The sweeper and a
+    reconnecting worker give every waiting chunk a token; one left over finds nothing and
+    does nothing."""
+    lanes = [(prepare_queue(p), prepare_token(p)) for p in Priority]
+    lanes += [(deliver_queue(name, p), deliver_token(name, p)) for name in providers for p in Priority]
+    return [token for lane, token in lanes for _ in range(chunks_waiting(client, lane))]
+
+
 def _in_turn(
     lane: str,
     token: Signature,
@@ -161,10 +174,9 @@ def _in_turn(
     size: int,
     *,
     ahead: bool = False,
-    spare: bool = False,
 ) -> list[FairChunks]:
     pieces = [(project, chunk) for project, ids in by_project.items() for chunk in _chunks(ids, size)]
-    return [FairChunks(lane, token, pieces, size=size, ahead=ahead, spare=spare)] if pieces else []
+    return [FairChunks(lane, token, pieces, size=size, ahead=ahead)] if pieces else []
 
 
 def _chunks(ids: Sequence[str], size: int) -> list[list[str]]:

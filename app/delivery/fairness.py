@@ -103,6 +103,13 @@ if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ARGV[2]
 return taken
 """
 
+# KEYS: the ring. ARGV: prefix of the projects' lists. The chunks on the lists of its projects.
+_CHUNKS = """
+local n = 0
+for _, project in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do n = n + redis.call('LLEN', ARGV[1] .. project) end
+return n
+"""
+
 
 def ring(lane: str) -> str:
     return f"{PREFIX}{lane}:ring"
@@ -119,6 +126,11 @@ def count(lane: str) -> str:
 def waiting(client: redis.Redis, lane: str) -> int:
     """About how many chunks wait in `lane` (an estimate: for spreading retries, not for truth)."""
     return int(client.get(count(lane)) or 0)
+
+
+def chunks_waiting(client: redis.Redis, lane: str) -> int:
+    """How many chunks wait in `lane`, exactly (not the estimate `waiting` gives)."""
+    return int(client.eval(_CHUNKS, 1, ring(lane), lists(lane)))
 
 
 Pieces = Sequence[tuple[str, Sequence[str]]]
@@ -164,24 +176,14 @@ class FairChunks:
     (app.db.publish): the chunks go to Redis first, then `token`s to the lane, enough for a
     token that takes `size` ids each to take them all (a token takes up to `size` whatever the
     project, so a flush of many projects' few ids costs one token, not one per project).
-    Chunks given back (`ahead`) go before their project's others.
+    Chunks given back (`ahead`) go before their project's others."""
 
-    With `spare`, for the sweeper's copies of rows whose worker died, every chunk already on
-    the projects' lists gets a token too. The dead worker's tokens left their chunks there,
-    as many as it held and merged into fewer copies, so the lane would hold more chunks than
-    tokens: tokens take the lost chunks and the copies, which find their rows sent, and the
-    chunks behind them would wait for STALLED_AFTER_SECONDS. A token left over finds
-    nothing and does nothing."""
-
-    def __init__(
-        self, lane: str, token: Signature, pieces: Pieces, *, size: int, ahead: bool = False, spare: bool = False
-    ):
+    def __init__(self, lane: str, token: Signature, pieces: Pieces, *, size: int, ahead: bool = False):
         self.lane = lane
         self.token = token
         self.pieces = pieces
         self.size = size
         self.ahead = ahead
-        self.spare = spare
         self.task = token.task
 
     @property
@@ -190,14 +192,11 @@ class FairChunks:
 
     @property
     def tokens(self) -> int:
-        """Tokens enough to take every chunk, spares aside."""
+        """Tokens enough to take every chunk."""
         return -(-self.messages // self.size)
 
     def apply_async(self, **options: Any) -> None:
         client = redis_for(current_settings().redis_url)
-        tokens = self.tokens
-        if self.spare:
-            tokens += sum(client.llen(lists(self.lane) + project) for project in {p for p, _ in self.pieces})
         (give_back if self.ahead else deposit)(client, self.lane, self.pieces)
-        for _ in range(tokens):
+        for _ in range(self.tokens):
             self.token.apply_async(**options)

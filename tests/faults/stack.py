@@ -8,7 +8,9 @@ or a stack's own embedded server for tests that restart it.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -24,6 +26,7 @@ from sqlalchemy import Engine, text
 from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
 from tests.conftest import ADMIN_KEY, TERMINAL, bearer, make_env
+from tests.provider_server import Call, FakeProviderServer
 from tests.waiting import wait_until
 
 # Short clocks, so recovery happens within a test's patience.
@@ -36,6 +39,10 @@ FAST_RECOVERY = {
     "WORKER_HEARTBEAT_SECONDS": "0.5",
     "WORKER_DEAD_AFTER_SECONDS": "3",
 }
+
+# The claim timeout and the stalled sweep far beyond a test's deadline: what settles in time
+# was settled by a dead worker's stopped heartbeat (FAST_RECOVERY's) and what it sets off.
+SLOW_BACKSTOPS = {"CLAIM_TIMEOUT_SECONDS": "600", "STALLED_AFTER_SECONDS": "600"}
 
 
 # The Celery pools a worker may run: threads (`tidings worker`'s default) and prefork (what
@@ -255,3 +262,45 @@ def assert_ledger_agrees(ids: Iterable[str], seen: Mapping[str, str], ledger: Le
     )
     assert not wrong, f"{len(wrong)} of {len(wanted)} disagree with the ledger ({tally}): {wrong[:10]}"
     return tally
+
+
+MID_DRAIN = 150  # delivered before the fault: the drain is well under way, far from over
+
+
+def signal_mid_call(
+    stack: Stack, name: str, signum: int, engine: Engine, ids: list[str], provider: FakeProviderServer
+) -> tuple[dict[str, int], list[Call]]:
+    """Signal worker `name` mid-drain, while one of its provider calls is open: once
+    MID_DRAIN have been delivered, one of ours is `sending` and a call of the worker's
+    arrived less than half the provider's latency ago, so it is still open when the signal
+    lands. Returns the state then (statuses read once the worker is gone) and the worker's
+    calls that were open when the signal went; the test fails if none was."""
+
+    def observe() -> tuple[int, int, list[Call]]:
+        sending = sum(status == "sending" for status in statuses(engine, ids).values())
+        now = time.time()
+        young = [c for c in provider.open_requests() if c.sender == name and now - c.started < provider.latency / 2]
+        return len(provider.delivered()), sending, young
+
+    wait_until(
+        observe,
+        lambda seen: seen[0] >= MID_DRAIN and seen[1] >= 1 and seen[2],
+        30,
+        f"{MID_DRAIN} delivered, one sending and a call of {name} just opened",
+        every=0.005,
+        show=lambda seen: f"delivered {seen[0]}, sending {seen[1]}, young open calls {len(seen[2])}",
+    )
+    signalled = time.time()
+    # A stop reaches the main process only, as a supervisor sends it (with prefork, a SIGTERM
+    # to each pool child would cut its call off); a kill takes the whole group.
+    stack.signal(name, signum, group=signum == signal.SIGKILL)
+    open_calls = [c for c in provider.open_throughout(signalled, signalled) if c.sender == name]
+    state = Counter(statuses(engine, ids).values())
+    at_signal = {
+        "delivered": len(provider.delivered()),
+        "left sending": state["sending"],
+        "open calls": len(open_calls),
+        "messages in open calls": sum(len(c.message_ids) for c in open_calls),
+    }
+    assert open_calls, f"no call of {name} was open when the signal went: {at_signal}"
+    return at_signal, open_calls

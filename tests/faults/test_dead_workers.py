@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 
 import psutil
@@ -24,14 +27,13 @@ import pytest
 from sqlalchemy import Engine, text
 from werkzeug import Request
 
-from tests.faults.stack import Stack, assert_ledger_agrees, insert_accepted, wait_until_terminal
+from tests.faults.stack import SLOW_BACKSTOPS, Stack, assert_ledger_agrees, insert_accepted, wait_until_terminal
 from tests.providers.resend_server import ResendServer
 from tests.waiting import wait_until
 
-# Both far beyond each test's deadline: what settles in time was settled by heartbeats.
-# Only the heartbeat (FAST_RECOVERY's) settles the kill here.
-SLOW_BACKSTOPS = {"CLAIM_TIMEOUT_SECONDS": "600", "STALLED_AFTER_SECONDS": "600"}
 SETTLE_TIMEOUT = 90.0
+# How long the test, playing a supervisor, waits for a stopped worker before its SIGKILL.
+SUPERVISOR_GRACE = 5.0
 # Requests before the one held open: the kill lands mid-drain, not at the start.
 HELD_REQUEST = 3
 
@@ -207,10 +209,12 @@ def test_a_prefork_child_killed_mid_call_is_settled_while_its_worker_lives_on(
         child = pid_of(injection.killed)
         assert child != stack.processes["worker"].pid and os.getpgid(child) == stack.processes["worker"].pid
         os.kill(child, signal.SIGKILL)
+        killed = time.time()
     finally:
         held.release()
     seen = wait_until_terminal(engine, ids, timeout=SETTLE_TIMEOUT)
-    assert_ledger_agrees(ids, seen, provider).report("sigkill-prefork-child-mid-call", injection.show())
+    tally = assert_ledger_agrees(ids, seen, provider)
+    print(tally.report(f"sigkill-prefork-child-mid-call, settled {time.time() - killed:.1f} s after", injection.show()))
     assert set(seen.values()) <= {"sent", "unknown"}
     assert stack.processes["worker"].poll() is None, "the worker's main process died with its child"
     unknown = {i for i, status in seen.items() if status == "unknown"}
@@ -254,3 +258,40 @@ def test_resend_claims_abandoned_mid_call_are_sent_again_as_the_same_calls_and_d
     assert injection.statuses.get("sending", 0) >= 1 and injection.open_requests >= 1
     assert set(seen.values()) == {"sent"}
     assert server.replays >= 1, "no call of the killed worker was made again"
+
+
+def test_a_stop_that_outlives_the_soft_shutdown_timeout_is_settled_like_a_death(
+    make_stack, provider, engine, fault_project
+):
+    """SIGTERM while a provider call hangs: the warm shutdown waits for it; then SIGQUIT,
+    the cold shutdown, waits WORKER_SOFT_SHUTDOWN_SECONDS and cancels. The call outlives
+    both, so the worker ends with its claim `sending` (under threads Celery cannot cancel a
+    running task and logs an unrecoverable error; whatever still holds the process, its
+    supervisor kills it, as `docker stop` does after its grace): the claim is settled like
+    any dead worker's."""
+    provider.deduplicate = False
+    provider.override = held = HoldOne(HELD_REQUEST)
+    stack = make_stack(FAKE_PROVIDER_IDEMPOTENT="false", WORKER_SOFT_SHUTDOWN_SECONDS="1", **SLOW_BACKSTOPS)
+    ids = insert_accepted(engine, fault_project, 400)
+    stack.start_beat()
+    worker = stack.start_worker("worker", "--concurrency", "2")
+    stack.publish_prepare(ids)
+    try:
+        injection = wait_mid_call(engine, ids, lambda: held.ids, lambda: held.open)
+        stopped = time.time()
+        os.kill(worker.pid, signal.SIGTERM)
+        stack.wait_for_log("worker", "Warm shutdown")
+        os.kill(worker.pid, signal.SIGQUIT)
+        with suppress(subprocess.TimeoutExpired):  # then the supervisor's SIGKILL, below
+            worker.wait(timeout=SUPERVISOR_GRACE)
+    finally:
+        if worker.poll() is None:
+            stack.signal("worker", signal.SIGKILL)
+        held.release()
+    at_stop = {**injection.show(), "exit status": worker.returncode}
+    stack.start_worker("worker-again", "--concurrency", "2")
+    seen = wait_until_terminal(engine, ids, timeout=SETTLE_TIMEOUT)
+    tally = assert_ledger_agrees(ids, seen, provider)
+    print(tally.report(f"SIGTERM outliving the soft shutdown, settled {time.time() - stopped:.1f} s after it", at_stop))
+    assert set(seen.values()) <= {"sent", "unknown"}
+    assert {seen[i] for i in held.ids} == {"unknown"}  # the hung call's messages: nobody can tell

@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from celery import Celery
 
 from app.delivery.queues import worker_queues
-from tests.faults.stack import assert_ledger_agrees, insert_accepted, wait_until_terminal
+from app.runtime.embedded import free_port
+from tests.faults.stack import SLOW_BACKSTOPS, assert_ledger_agrees, insert_accepted, wait_until_terminal
+from tests.provider_server import FakeProviderServer
 from tests.waiting import wait_until
 
 # What kombu's Redis transport would have written, had Celery used the stack's Redis as its broker.
@@ -60,6 +65,84 @@ def broker() -> Iterator[str]:
         yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     finally:
         rabbitmqctl("delete_vhost", vhost)
+
+
+# The server itself, not /usr/sbin's wrapper, which would run it as the rabbitmq user.
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+NODE_BOOT_SECONDS = 120  # a node boots in 5 to 35 s on a loaded two-core machine
+
+
+class RabbitNode:
+    """A RabbitMQ node of a test's own: its own name, ports, database and logs under
+    `directory`, no plugins, and none of the machine's configuration. Killed with SIGKILL,
+    it loses what it held; started again, it has its database back."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        directory.mkdir()
+        self.directory, self.port = directory, free_port()
+        (directory / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{self.port}\n")
+        (directory / "enabled_plugins").write_text("[].\n")
+        (directory / "rabbitmq-env.conf").write_text("")
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),  # its own Erlang cookie
+            "RABBITMQ_NODENAME": f"{name}-{uuid.uuid4().hex[:6]}@localhost",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_CONF_ENV_FILE": str(directory / "rabbitmq-env.conf"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> RabbitNode:
+        """Boot the node; `wait` for it to take connections."""
+        log = open(self.directory / "server.log", "a")  # noqa: SIM115 - the node writes to it until stopped
+        self.process = subprocess.Popen(
+            [str(RABBITMQ_SERVER)], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    def wait(self) -> float:
+        """Seconds until the node took a connection; the test fails at NODE_BOOT_SECONDS."""
+        started = time.monotonic()
+        wait_until(self._answers, bool, NODE_BOOT_SECONDS, f"RabbitMQ on port {self.port} to boot", every=0.2)
+        return time.monotonic() - started
+
+    def _answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL to the node's whole process group, as a crash takes it."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+@pytest.fixture
+def rabbit_pair(tmp_path) -> Iterator[tuple[RabbitNode, RabbitNode]]:
+    """Two RabbitMQ nodes of the test's own, booted side by side; killed at the end."""
+    if not RABBITMQ_SERVER.exists():
+        pytest.fail(f"{RABBITMQ_SERVER} is not installed: no node of the test's own can be started")
+    nodes = (RabbitNode(tmp_path / "rabbit-a", "tidings-a"), RabbitNode(tmp_path / "rabbit-b", "tidings-b"))
+    try:
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
 
 
 def broker_of_worker(broker_url: str, name: str) -> dict:
@@ -120,3 +203,62 @@ def test_transactional_lanes_on_workers_of_their_own_overtake_a_bulk_backlog(
     tally.report("RabbitMQ, transactional lanes on workers of their own", at_injection)
     print(f"  {bulk_before} of {len(bulk)} bulk messages reached the provider before the last transactional one")
     assert bulk_before < len(bulk) // 2
+
+
+FAILOVER_DEADLINE = 15.0  # the drain resumes on the other node within this (the outage targets' settle time)
+DRAIN = 15.0  # 3,000 messages at 200 a second
+
+
+def resumed_after(provider: FakeProviderServer, since: float, what: str) -> float:
+    """Seconds from `since` (time.time()) to the first call that arrived after it; the test
+    fails at FAILOVER_DEADLINE."""
+    first = wait_until(
+        lambda: min((r.at for r in provider.delivered() if r.at > since), default=None),
+        lambda at: at is not None,
+        FAILOVER_DEADLINE,
+        what,
+        every=0.05,
+    )
+    return first - since
+
+
+def test_a_failover_list_of_two_nodes_loses_the_primary_then_the_second(
+    make_stack, provider, engine, fault_project, rabbit_pair
+):
+    """Celery's broker-failover smoke test: workers and beat given both nodes; the primary
+    killed mid-drain, the drain goes on over the second; then the second killed and the
+    primary started again, the drain goes on over it. What each killed node held (queued
+    tokens and tasks) is gone with it: the reconnecting worker dispatches the waiting rows
+    and gives every waiting chunk a token again. The claim timeout and stalled sweep at 600 s:
+    only the reconnect can do it."""
+    primary, second = rabbit_pair
+    provider.latency = 1.0  # 3,000 messages take 15 s at two calls of 100 a second
+    stack = make_stack(CELERY_BROKER_URL=f"{primary.url};{second.url}", **SLOW_BACKSTOPS)
+    ids = insert_accepted(engine, fault_project, 3000)
+    stack.start_beat()
+    stack.start_worker("worker", "--concurrency", "2")
+    stack.publish_prepare(ids)
+    wait_until(lambda: len(provider.delivered()), lambda n: n >= 300, 60, "300 delivered over the primary", 0.05)
+    killed = time.time()
+    at_kills = {"delivered at the primary's kill": len(provider.delivered())}
+    primary.kill()
+    over_second = resumed_after(provider, killed, "a call after the primary's kill")
+    wait_until(
+        lambda: sum(r.at > killed for r in provider.delivered()), lambda n: n >= 300, 60, "300 over the second", 0.05
+    )
+    at_kills["delivered at the second's kill"] = len(provider.delivered())
+    second.kill()
+    primary.start()
+    boot = primary.wait()
+    back = time.time()
+    over_primary = resumed_after(provider, back, "a call after the primary came back")
+    seen = wait_until_terminal(engine, ids, timeout=FAILOVER_DEADLINE + DRAIN)
+    tally = assert_ledger_agrees(ids, seen, provider)
+    print(
+        tally.report(
+            f"RabbitMQ failover: resumed {over_second:.1f} s after the primary's kill, {over_primary:.1f} s after "
+            f"it was back ({boot:.0f} s to boot), settled {time.time() - back:.1f} s after",
+            at_kills,
+        )
+    )
+    assert set(seen.values()) <= {"sent", "unknown"}

@@ -161,6 +161,25 @@ def test_a_silent_workers_lost_tokens_leave_no_chunk_of_their_lane_behind(projec
     assert [fake_provider.count(i) for i in (*taken, abandoned)] == [1] * 3
 
 
+def test_a_silent_workers_lost_tokens_leave_no_young_chunk_behind(project, engine, migrated, fake_provider):
+    """The tokens a dead worker held take no chunk of their own: the lane's next tokens
+    take its oldest chunks, so what their loss leaves behind is the youngest, deposited
+    after the death (another worker's prepare went on). No row has stood still, so no
+    copy is queued; every chunk waiting in the lane still gets a token, or those rows
+    would wait for STALLED_AFTER_SECONDS (1 run in 3 of a SIGKILL between calls)."""
+    client = redis.Redis.from_url(migrated.redis_url)
+    ghost, lane = f"ghost:1:{uuid.uuid4().hex[:8]}", deliver_queue("fake", Priority.BULK)
+    client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])  # no chunk an earlier test left
+    now, micros = client.time()
+    client.hset(heartbeats.KEY, ghost, now * 1000 + micros // 1000 - 30_000)  # it died 30 s ago
+    young = [held_by(project, engine, ghost, status="ready", priority=Priority.BULK) for _ in range(2)]
+    fairness.deposit(client, lane, [(project.id, [i]) for i in young])  # made ready just now; no token left for them
+    counts = sweep()
+    assert counts["silent_workers"] >= 1
+    assert [project.wait_for(i)["status"] for i in young] == ["sent"] * 2
+    assert [fake_provider.count(i) for i in young] == [1] * 2
+
+
 def test_two_beats_releasing_at_once_release_each_message_once(client, engine):
     """Two release_due runs at the same moment, as two beat processes would start them."""
     from tests.faults.stack import new_project
