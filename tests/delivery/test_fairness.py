@@ -154,10 +154,10 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
     lane = deliver_queue("postmark", "transactional")
     client.delete(*pacing.keys("postmark"), *client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
     flood, other = new_project(engine), new_project(engine)
-    flooded, waiting = ready_for(engine, flood, 650, "postmark"), ready_for(engine, other, 2, "postmark")
+    flooded, waiting = ready_for(engine, flood, 1150, "postmark"), ready_for(engine, other, 2, "postmark")
     fairness.deposit(client, lane, [(flood, flooded[:150]), (flood, flooded[150:]), (other, waiting)])
     try:
-        # A grant is a slice of the pace, a tenth: 150 of 1,500, then 300 of 3,000 less the 150.
+        # A grant is a slice of the pace: 375 of 1,500, then 750 of 3,000 less the 375.
         granted = [paced_turn(settings, client, "postmark", "transactional", rate)[0] for rate in (1500, 3000)]
     finally:
         with celery_app.connection_for_write() as connection:
@@ -165,8 +165,10 @@ def test_a_project_taken_in_turn_is_never_passed_over_by_the_pace(engine, settin
         client.delete(*client.keys(f"{fairness.PREFIX}{lane}:*") or ["-"])
         cancel_the_rest(engine, flood)
         cancel_the_rest(engine, other)
-    assert list(granted[0]) == flooded[:75] + waiting + flooded[75:148]  # an equal share each of 150
-    assert list(granted[1]) == flooded[148:298]  # the flood alone takes the whole grant (300 less the 150)
+    first, second = math.ceil(1500 / SLICES), math.ceil(3000 / SLICES) - math.ceil(1500 / SLICES)
+    share = math.ceil(first / 2)
+    assert list(granted[0]) == flooded[:share] + waiting + flooded[share : first - 2]  # an equal share each
+    assert list(granted[1]) == flooded[first - 2 : first - 2 + second]  # the flood alone takes the whole grant
 
 
 def ready_for(engine, project_id: str, count: int, provider: str) -> list[str]:
@@ -209,7 +211,7 @@ def test_a_projects_single_sends_during_a_flood_go_with_the_next_slice_of_its_pa
     go, each prepared before the next comes, as a steady sender's are. Each of B's is then a
     chunk of one id: taken a chunk per project per turn, a grant (25 here, one provider call)
     took one or two of B's beside A's, so B's went in most of 20 grants, behind the flood. In
-    equal shares of ids from a pace granted in slices (a tenth of the rate, app/delivery/pacing.py),
+    equal shares of ids from a pace granted in slices (a quarter of the rate, app/delivery/pacing.py),
     each of B's goes with the next grant: at most the grants already in flight (one a thread of
     the worker's four) and a slice of A's reach the provider from when it is ready to when it
     does (30 once, past a whole window of 25, when the pace was granted a window at once)."""
@@ -237,7 +239,7 @@ def test_a_projects_single_sends_during_a_flood_go_with_the_next_slice_of_its_pa
         sum(1 for r in receipts if r.message_id in flooded and ready < r.at <= arrived[message_id])
         for message_id, ready in zip(sends, readied, strict=True)
     ]
-    slice_of_pace = math.ceil(rate / 10)  # a tenth of the pace, as the pacer grants it (SLICES)
+    slice_of_pace = math.ceil(rate / SLICES)  # a slice of the pace, as the pacer grants it
     assert max(ahead) <= (4 + 1) * slice_of_pace, f"A's messages that reached the provider before each of B's: {ahead}"
 
 

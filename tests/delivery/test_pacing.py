@@ -19,12 +19,12 @@ def client(migrated) -> redis.Redis:
 
 
 def test_a_batch_gets_what_the_slice_has_left_and_the_wait_for_the_rest(client):
-    """A window of 100 is granted a tenth per tenth of it: the rest waits a slice, not a window."""
+    """A window of 100 is granted a quarter per quarter of it: the rest waits a slice, not a window."""
     pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
-    first = pacer.acquire(provider, 100, 6, "a")
-    second = pacer.acquire(provider, 100, 6, "b")
-    third = pacer.acquire(provider, 100, 6, "c")
-    assert (first.granted, second.granted, third.granted) == (6, 4, 0)
+    first = pacer.acquire(provider, 100, 15, "a")
+    second = pacer.acquire(provider, 100, 15, "b")
+    third = pacer.acquire(provider, 100, 15, "c")
+    assert (first.granted, second.granted, third.granted) == (15, 10, 0)
     assert first.wait_seconds == 0
     assert 0 < third.wait_seconds <= WINDOW_MS / 1000 / SLICES
 
@@ -44,11 +44,11 @@ def test_what_a_grant_does_not_use_goes_back_to_the_window(client):
     """A token asks for a chunk before it knows how many ids wait their turn: what it could not
     use is the next asker's, not lost to the window."""
     pacer, provider = ProviderPacer(client), f"p-{uuid.uuid4().hex}"
-    assert pacer.acquire(provider, 100, 10, "a").granted == 10
-    pacer.give_back(provider, "a", granted=10, used=4)
-    assert pacer.acquire(provider, 100, 10, "b").granted == 6
-    pacer.give_back(provider, "b", granted=6, used=0)
-    assert pacer.acquire(provider, 100, 10, "c").granted == 6
+    assert pacer.acquire(provider, 100, 25, "a").granted == 25  # a whole slice
+    pacer.give_back(provider, "a", granted=25, used=4)
+    assert pacer.acquire(provider, 100, 25, "b").granted == 21
+    pacer.give_back(provider, "b", granted=21, used=0)
+    assert pacer.acquire(provider, 100, 25, "c").granted == 21
 
 
 def test_paces_are_per_provider(client):
