@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
+from app.db import rows_as
 from app.delivery import fanout
 from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
 from app.enums import EventType, MessageStatus
@@ -91,12 +92,20 @@ def claim(session: Session, provider: str, ids: Sequence[str], worker: str, clai
     ).all()
 
 
-def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> Sequence[Row]:
+@dataclass(frozen=True)
+class HandedOver:
+    """A message moved to another provider, and that provider."""
+
+    id: str
+    provider: str
+
+
+def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> list[HandedOver]:
     """Move the messages `provider` may not send now to another provider, per channel
-    (`targets`: channel → provider), in one statement; returns the moved (id, provider)."""
+    (`targets`: channel → provider), in one statement; returns those moved."""
     if not targets:
         return []
-    return session.execute(
+    rows = session.execute(
         text(
             """
             UPDATE messages m SET provider = v.target, status = 'ready', next_attempt_at = NULL, updated_at = now()
@@ -107,12 +116,23 @@ def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapp
             """
         ),
         {"ids": list(ids), "provider": provider, "channels": list(targets), "targets": list(targets.values())},
-    ).all()
+    )
+    return rows_as(HandedOver, rows)
 
 
-def project_accounts(session: Session, provider: str, projects: Collection[str]) -> Sequence[Row]:
+@dataclass(frozen=True)
+class ProjectAccount:
+    """A project's own account with a provider: its settings sealed (app/crypto), and when
+    they last changed (what an adapter built from them is cached by)."""
+
+    project_id: str
+    sealed: str
+    updated_at: datetime
+
+
+def project_accounts(session: Session, provider: str, projects: Collection[str]) -> list[ProjectAccount]:
     """The sealed settings of projects' own accounts with `provider`."""
-    return session.execute(
+    rows = session.execute(
         text(
             """
             SELECT project_id, sealed, updated_at FROM project_providers
@@ -120,7 +140,8 @@ def project_accounts(session: Session, provider: str, projects: Collection[str])
             """
         ),
         {"provider": provider, "projects": list(projects)},
-    ).all()
+    )
+    return rows_as(ProjectAccount, rows)
 
 
 def remove_push_tokens(session: Session, tokens: Sequence[tuple[str, str, str]]) -> None:
