@@ -219,7 +219,7 @@ def in_order(claimed: Sequence[Row]) -> list[Row]:
     return sorted(claimed, key=lambda row: row.id)
 
 
-def materials(session: Session, claimed: Sequence[Row]) -> tuple[dict[str, Attachment], Sequence[Row]]:
+def materials(session: Session, claimed: Sequence[Row]) -> tuple[dict[str, Attachment], Sequence[device_store.Device]]:
     """What sending the claimed rows needs besides them: their files, and their push devices."""
     files = attachments.load(session, claimed)
     return files, device_store.of_messages(session, [row.id for row in claimed if row.channel == Channel.PUSH])
@@ -232,7 +232,7 @@ def send_claimed(
     priority: str,
     claimed: Sequence[Row],
     files: Mapping[str, Attachment],
-    known: Sequence[Row],
+    known: Sequence[device_store.Device],
     repeat: bool = False,
 ) -> list[tuple[Sequence[Row], SendRun]]:
     """Send what this run claimed (`known`: the devices of its push messages), and write

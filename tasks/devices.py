@@ -105,12 +105,12 @@ class DeviceUnit:
         return getattr(self.message, name)
 
 
-def expand(claimed: Sequence[Row], devices: Sequence[Row]) -> list[Row]:
+def expand(claimed: Sequence[Row], devices: Sequence[device_store.Device]) -> list[Row]:
     """What to send: a unit per waiting device of a message with devices (none when all are
     settled), the row itself for every other message. A unit reads as its message's row, so
     what sends rows sends it; the types cannot tell, hence the cast."""
     known = {device.message_id for device in devices}
-    waiting: dict[str, list[Row]] = defaultdict(list)
+    waiting: dict[str, list[device_store.Device]] = defaultdict(list)
     for device in devices:
         if device.status in WAITING:
             waiting[device.message_id].append(device)
@@ -137,11 +137,11 @@ class Folded:
 def fold(
     sent: Sequence[tuple[Sequence[Row | DeviceUnit], SendRun]],
     claimed: Sequence[Row],
-    devices: Sequence[Row],
+    devices: Sequence[device_store.Device],
     max_attempts: Mapping[Channel, int],
 ) -> Folded:
     """One answer per claimed message from its units' answers (the rules of the docstring)."""
-    known: dict[str, list[Row]] = defaultdict(list)
+    known: dict[str, list[device_store.Device]] = defaultdict(list)
     for device in devices:
         known[device.message_id].append(device)
     folded = Folded()
@@ -160,7 +160,7 @@ def fold_run(
     folded: Folded,
     units: Sequence[Row | DeviceUnit],
     run: SendRun,
-    known: Mapping[str, list[Row]],
+    known: Mapping[str, list[device_store.Device]],
     max_attempts: Mapping[Channel, int],
 ) -> tuple[list[Row], SendRun]:
     """One account's run, its devices' answers turned into their messages'; other messages
@@ -196,7 +196,7 @@ def judge(
     folded: Folded,
     message: Row,
     answers: Sequence[tuple[DeviceUnit, SendResult | None]],
-    devices: Sequence[Row],
+    devices: Sequence[device_store.Device],
     max_attempts: Mapping[Channel, int],
 ) -> SendResult | None:
     """The message's answer from its devices' (None: back to ready), and each device settled."""
