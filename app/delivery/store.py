@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.db import rows_as
@@ -67,14 +67,40 @@ CLAIMED_COLUMNS = """
 """
 
 
-def claim(session: Session, provider: str, ids: Sequence[str], worker: str, claim_id: str) -> Sequence[Row]:
+@dataclass(frozen=True)
+class Claimed:
+    """A message taken for sending, as CLAIMED_COLUMNS return it: all a provider call needs."""
+
+    id: str
+    project_id: str
+    channel: str
+    priority: str
+    to_address: str  # prepare fails a message it finds no address for: a ready one has one
+    attempts: int
+    subscriber_id: str | None
+    created_at: datetime
+    subject: str | None
+    text: str | None
+    html: str | None
+    metadata: dict[str, Any]
+    payload: dict[str, Any] | None
+    reply_to: str | None
+    cc: str | None
+    headers: dict[str, Any] | None
+    from_address: str | None
+    attachment_ids: list[str] | None
+    account_version: datetime | None
+    webhook_project: dict[str, Any] | None
+
+
+def claim(session: Session, provider: str, ids: Sequence[str], worker: str, claim_id: str) -> list[Claimed]:
     """Take messages for sending: ready ones, and retrying ones whose wait is over.
 
     The conditional UPDATE is the guard against double sends: of two workers holding the
     same ids, only one gets rows back. The claim names the `worker` process holding it and
     this run of it (`claim_id`), for the sweeper (tasks/maintenance.py).
     """
-    return session.execute(
+    rows = session.execute(
         text(
             f"""
             UPDATE messages m
@@ -89,7 +115,8 @@ def claim(session: Session, provider: str, ids: Sequence[str], worker: str, clai
             """
         ),
         {"ids": list(ids), "provider": provider, "worker": worker, "claim_id": claim_id},
-    ).all()
+    )
+    return rows_as(Claimed, rows)
 
 
 @dataclass(frozen=True)
@@ -338,14 +365,14 @@ def break_claim(session: Session, ids: Sequence[str]) -> None:
 HANDED_BACK = "sweeper"
 
 
-def take_over(session: Session, claim_id: str, worker: str) -> Sequence[Row]:
+def take_over(session: Session, claim_id: str, worker: str) -> list[Claimed]:
     """The rows of a claim the sweeper handed back, now claimed by `worker` to be sent again.
 
     Nothing while any row of the claim is still held by its dead worker (a sweep takes a
     bounded number of rows): the resend must make the very calls the claim made, no fewer.
     The attempt is not counted again; it is the same attempt, repeated.
     """
-    return session.execute(
+    rows = session.execute(
         text(
             f"""
             UPDATE messages m SET claimed_by = :worker, claimed_at = now(), updated_at = now()
@@ -359,4 +386,5 @@ def take_over(session: Session, claim_id: str, worker: str) -> Sequence[Row]:
             """
         ),
         {"claim_id": claim_id, "worker": worker, "handed_back": HANDED_BACK},
-    ).all()
+    )
+    return rows_as(Claimed, rows)
