@@ -20,7 +20,7 @@ import uuid
 
 import redis
 
-from app.config import Settings, current_settings
+from app.config import current_settings
 from app.delivery import heartbeats
 from app.redis_client import redis_for
 
@@ -30,26 +30,22 @@ _lock = threading.Lock()
 _identity: tuple[int, str] | None = None  # (pid, identity): a forked child must not keep its parent's
 
 
-def current_worker(config: Settings | None = None) -> str:
-    """This process's identity, beating already (with `config`, on first use, or the
-    process's settings: a caller that has its settings need not have them set)."""
+def current_worker() -> str:
+    """This process's identity, beating already."""
     global _identity
     with _lock:
         if _identity is None or _identity[0] != os.getpid():
-            config = config or current_settings()
             worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-            heartbeats.beat(redis_for(config.redis_url), worker)
-            thread = threading.Thread(
-                target=_beat_forever, args=(worker, config), name="tidings-heartbeat", daemon=True
-            )
-            thread.start()
+            heartbeats.beat(redis_for(current_settings().redis_url), worker)
+            threading.Thread(target=_beat_forever, args=(worker,), name="tidings-heartbeat", daemon=True).start()
             _identity = (os.getpid(), worker)
         return _identity[1]
 
 
-def _beat_forever(worker: str, config: Settings) -> None:
+def _beat_forever(worker: str) -> None:
     """Beat until the process ends; a Redis that is away only makes the beats wait for it
     (said once when they stop, once when they resume)."""
+    config = current_settings()
     stop = threading.Event()  # never set: the daemon thread ends with its process
     failing = False
     while not stop.wait(config.worker_heartbeat):

@@ -140,7 +140,7 @@ class UnfinishedRuns:
     def of_this_run(cls, client: redis.Redis, stage: str, config: Settings) -> UnfinishedRuns:
         """Counted as the Celery task running now (a fresh id outside one), in this process."""
         task = current_task.request.id if current_task else None
-        return cls(client, stage, task or uuid.uuid4().hex, current_worker(config), config.worker_dead_after)
+        return cls(client, stage, task or uuid.uuid4().hex, current_worker(), config.worker_dead_after)
 
     def start(self, ids: Sequence[str]) -> int:
         """Mark this run on each of `ids`, in one round trip and one command (a pipeline of a
