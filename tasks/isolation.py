@@ -20,22 +20,19 @@ of its batch, and its batch-mates go on after the first.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
-from celery import current_task
 
 from app.config import Settings
 from app.db import session_scope
-from app.delivery import heartbeats, store
+from app.delivery import store
 from app.enums import MessageStatus
 from app.observability.counters import increment
 from app.outages import unavailable as batch_wide  # a service's trouble is the whole batch's, retried whole
 from app.redis_client import redis_for
-from tasks.heartbeat import current_worker
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,138 +42,79 @@ T = TypeVar("T")
 KILLED_RUNS = 3
 
 
-# One hash per stage; an item's field holds its deaths, then a mark for each run that holds
-# it, "task|worker": the Celery task (a task its worker's death gives back comes again under
-# the same id) and the worker process running it. A mark is a death once its task comes back
-# or its process stops beating; the marks of runs still going are no deaths, however many.
 # Every script takes the ids as one space-separated argument: redis-py encodes each
 # argument in Python, which for a batch's hundreds of ids cost more than Redis's work.
-# KEYS: the stage's hash. ARGV: this run's task, its worker, the workers beating, the ids.
-_ITEMS = """
-local live = {}
-for worker in string.gmatch(ARGV[3], '%S+') do live[worker] = true end
-local function read(id)
-  local deaths, marks = nil, {}
-  for part in string.gmatch(redis.call('HGET', KEYS[1], id) or '0', '%S+') do
-    if deaths == nil then deaths = tonumber(part) or 0 else table.insert(marks, part) end
-  end
-  return deaths, marks
-end
-local function write(id, deaths, marks)
-  if deaths == 0 and #marks == 0 then
-    redis.call('HDEL', KEYS[1], id)
-  else
-    table.insert(marks, 1, deaths)
-    redis.call('HSET', KEYS[1], id, table.concat(marks, ' '))
-  end
-end
--- Whether a mark is this run's own, or a dead run's.
-local function own(mark) return string.match(mark, '^[^|]*') == ARGV[1] end
-local function dead(mark) return own(mark) or not live[string.match(mark, '|(.*)$')] end
-"""
 
-# ARGV[5]: the hash's TTL. Each item is marked as this run's, its dead runs counted as
-# deaths. → the most deaths any of them had before this run.
-_START = (
-    _ITEMS
-    + """
+# KEYS: the stage's hash. ARGV: the hash's TTL, the ids, each counted once more.
+# → the most runs any of them had before this one.
+_START = """
 local most = 0
-for id in string.gmatch(ARGV[4], '%S+') do
-  local deaths, marks = read(id)
-  local going = {}
-  for _, mark in ipairs(marks) do
-    if dead(mark) then deaths = deaths + 1 else table.insert(going, mark) end
-  end
-  if deaths > most then most = deaths end
-  table.insert(going, ARGV[1] .. '|' .. ARGV[2])
-  write(id, deaths, going)
+for id in string.gmatch(ARGV[2], '%S+') do
+  local runs = redis.call('HINCRBY', KEYS[1], id, 1)
+  if runs > most then most = runs end
 end
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return most
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return most - 1
 """
-)
 
-# This run's marks go; with ARGV[5] = 'finish', the items' deaths and dead runs go too.
-_END = (
-    _ITEMS
-    + """
-for id in string.gmatch(ARGV[4], '%S+') do
-  local deaths, marks = read(id)
-  local finished = ARGV[5] == 'finish'
-  local going = {}
-  for _, mark in ipairs(marks) do
-    if not (own(mark) or (finished and dead(mark))) then table.insert(going, mark) end
-  end
-  write(id, finished and 0 or deaths, going)
+# KEYS: the stage's hash. ARGV: the ids, each counted once less; a count of none goes.
+_UNDO = """
+for id in string.gmatch(ARGV[1], '%S+') do
+  if redis.call('HINCRBY', KEYS[1], id, -1) <= 0 then redis.call('HDEL', KEYS[1], id) end
 end
 """
-)
 
-
-def unfinished_key(stage: str) -> str:
-    return f"tidings:unfinished:{stage}"
+# KEYS: the stage's hash. ARGV: the ids, whose counts go.
+_FINISH = """
+for id in string.gmatch(ARGV[1], '%S+') do redis.call('HDEL', KEYS[1], id) end
+"""
 
 
 class UnfinishedRuns:
-    """Runs of a stage that started on an item and died, per item, in Redis: what is left
-    of a batch whose worker was killed. Each run marks its items as its own; a run of
-    another task still going is not a death, and no run finishes or undoes another's
-    mark. A finished run forgets its items' deaths, so the hash holds only items whose
-    runs died, or are going."""
+    """Runs of a stage that started on an item and did not finish, per item, in Redis:
+    what is left of a batch whose worker was killed. One hash per stage; a finished run
+    deletes its items' counts, so it holds only items whose runs died."""
 
     # Counts of items that never come back (cancelled, erased, ended) go with the hash after this.
     KEEP_SECONDS = 24 * 3600
 
-    def __init__(self, client: redis.Redis, stage: str, task: str, worker: str, dead_after: float):
+    def __init__(self, client: redis.Redis, stage: str):
         self.client = client
-        self.key = unfinished_key(stage)
-        self.task = task
-        self.worker = worker
-        self.dead_after = dead_after
+        self.key = f"tidings:unfinished:{stage}"
         self._start = client.register_script(_START)
-        self._end = client.register_script(_END)
-
-    @classmethod
-    def of_this_run(cls, client: redis.Redis, stage: str, config: Settings) -> UnfinishedRuns:
-        """Counted as the Celery task running now (a fresh id outside one), in this process."""
-        task = current_task.request.id if current_task else None
-        return cls(client, stage, task or uuid.uuid4().hex, current_worker(), config.worker_dead_after)
+        self._undo = client.register_script(_UNDO)
+        self._finish = client.register_script(_FINISH)
 
     def start(self, ids: Sequence[str]) -> int:
-        """Mark this run on each of `ids`, in one round trip and one command (a pipeline of a
-        command per message cost deliver a third of its CPU); the most deaths any of them
-        had before it."""
-        return int(self._start(keys=[self.key], args=[*self._args(ids), self.KEEP_SECONDS]))
+        """Count this run on each of `ids`, in one round trip and one command (a pipeline of a
+        command per message cost deliver a third of its CPU); the most unfinished runs any
+        of them had before it."""
+        return int(self._start(keys=[self.key], args=[self.KEEP_SECONDS, " ".join(ids)]))
 
     def undo(self, ids: Sequence[str]) -> None:
         """This run will not happen after all (its items go one per task, or were not its
-        to take): unmark it, keeping the items' deaths."""
+        to take): uncount it, forgetting the items no dead run holds."""
         if ids:
-            self._end(keys=[self.key], args=[*self._args(ids), "undo"])
+            self._undo(keys=[self.key], args=[" ".join(ids)])
 
     def finish(self, ids: Sequence[str]) -> None:
-        """This run went through `ids`: their deaths were not theirs; another run's mark stays."""
         if ids:
-            self._end(keys=[self.key], args=[*self._args(ids), "finish"])
-
-    def _args(self, ids: Sequence[str]) -> list[str]:
-        live = heartbeats.beating(self.client, self.dead_after)
-        return [self.task, self.worker, " ".join(live), " ".join(ids)]
+            self._finish(keys=[self.key], args=[" ".join(ids)])
 
     def admit(
         self, ids: Sequence[str], one_per_task: Callable[[Sequence[str]], Any], fail: Callable[[str, str], Any]
     ) -> bool:
-        """Mark this run on `ids`; whether it may go ahead. After a run holding some of them
-        died, they go `one_per_task` instead, to find the killer; an item whose runs died
-        KILLED_RUNS times is failed with the reason instead of run again. A run that goes
-        ahead ends with `finish` (or `undo`) on every id, whatever happens short of death."""
-        deaths = self.start(ids)
-        if deaths and len(ids) > 1:
+        """Count this run on `ids`; whether it may go ahead. After a run holding some of them
+        died, they go `one_per_task` instead, to find the killer; an item whose own runs
+        died KILLED_RUNS times is failed with the reason instead of run again. A run that
+        goes ahead ends with `finish` (or `undo`) on every id, whatever happens short of death."""
+        unfinished = self.start(ids)
+        if unfinished and len(ids) > 1:
             self.undo(ids)
             one_per_task(ids)
             return False
-        if deaths >= KILLED_RUNS:
-            fail(ids[0], f"killed its worker {deaths} times")
+        if unfinished >= KILLED_RUNS:
+            fail(ids[0], f"killed its worker {unfinished} times")
             return False
         return True
 
@@ -272,7 +210,7 @@ def batch(
     run = Run(stage, ids, fail_alone, client)
     deaths = None
     if redispatch is not None and run.ids:
-        deaths = UnfinishedRuns.of_this_run(client, stage, config)
+        deaths = UnfinishedRuns(client, stage)
         if not deaths.admit(run.ids, redispatch, run.fail):
             run.ids = []
     try:

@@ -49,7 +49,7 @@ def resend(provider: str, claim_id: str, priority: str) -> None:
     if not claimed:
         return  # taken over by a resend before this one, or not yet handed back whole
     ids = [row.id for row in claimed]
-    deaths = isolation.UnfinishedRuns.of_this_run(client, "deliver", config)  # the first run's death is counted there
+    deaths = isolation.UnfinishedRuns(client, "deliver")  # the first run's death is counted there
     try:
         if deaths.start(ids) >= RUNS_DIED:
             give_up(config, claimed)

@@ -41,28 +41,16 @@ def beat(client: redis.Redis, worker: str) -> None:
 
 def silent(client: redis.Redis, dead_after: float) -> list[Silent]:
     """The processes whose beats stopped `dead_after` seconds before the newest beat."""
-    now_ms, last = _beats(client)
-    live = _live(last, dead_after)
-    return [Silent(w, (now_ms - at) / 1000) for w, at in last.items() if w not in live]
-
-
-def beating(client: redis.Redis, dead_after: float) -> set[str]:
-    """The processes that are not silent: any other is dead, or forgotten as dead."""
-    return _live(_beats(client)[1], dead_after)
-
-
-def _live(last: dict[str, int], dead_after: float) -> set[str]:
-    newest = max(last.values(), default=0)
-    return {w for w, at in last.items() if newest - at <= dead_after * 1000}
-
-
-def _beats(client: redis.Redis) -> tuple[int, dict[str, int]]:
-    """Redis's clock and each process's last beat, in milliseconds."""
     with client.pipeline(transaction=False) as pipe:
         pipe.time()
         pipe.hgetall(KEY)
         (seconds, micros), beats = pipe.execute()
-    return seconds * 1000 + micros // 1000, {worker.decode(): int(at) for worker, at in beats.items()}
+    if not beats:
+        return []
+    now_ms = seconds * 1000 + micros // 1000
+    last = {worker.decode(): int(at) for worker, at in beats.items()}
+    newest = max(last.values())
+    return [Silent(w, (now_ms - at) / 1000) for w, at in last.items() if newest - at > dead_after * 1000]
 
 
 def forget(client: redis.Redis, workers: list[str]) -> None:

@@ -12,8 +12,8 @@ import sqlalchemy.exc
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from app.delivery import dispatch, heartbeats
-from tasks.isolation import KILLED_RUNS, UnfinishedRuns, in_halves, unfinished_key
+from app.delivery import dispatch
+from tasks.isolation import KILLED_RUNS, UnfinishedRuns, in_halves
 from tasks.prepare import prepare_chunk
 from tests.conftest import create_project
 from tests.faults.stack import insert_accepted, new_project, statuses, wait_until_terminal
@@ -156,90 +156,42 @@ def test_a_message_that_cannot_be_built_for_the_provider_fails_alone(client, eng
     assert error.startswith("could not be built for the provider: KeyError")
 
 
-def a_run(settings, stage: str, worker: str, task: str | None = None) -> UnfinishedRuns:
-    """A run of `task` (a new one unless given) in `worker`: a worker that never beat is a dead one."""
-    client = redis.Redis.from_url(settings.redis_url)
-    return UnfinishedRuns(client, stage, task or uuid.uuid4().hex, worker, settings.worker_dead_after)
-
-
-def deaths_of(runs: UnfinishedRuns, ids: list[str]) -> list[int | None]:
-    """Each item's deaths as stored (None: nothing kept on it)."""
-    return [None if v is None else int(v.split()[0]) for v in runs.client.hmget(runs.key, ids)]
-
-
 def test_counts_of_runs_that_died_decide_who_goes_alone_and_who_fails(settings):
-    stage, dead = f"test-{uuid.uuid4().hex}", f"gone:1:{uuid.uuid4().hex[:8]}"
+    runs = UnfinishedRuns(redis.Redis.from_url(settings.redis_url), f"test-{uuid.uuid4().hex}")
     alone: list[list[str]] = []
     failed: list[tuple[str, str]] = []
 
-    def admit(runs: UnfinishedRuns, ids: list[str]) -> bool:
+    def admit(ids: list[str]) -> bool:
         return runs.admit(ids, lambda part: alone.append(list(part)), lambda i, why: failed.append((i, why)))
 
-    assert admit(a_run(settings, stage, dead), ["a", "b", "c"])  # no run died yet; this one dies
-    assert not admit(a_run(settings, stage, dead), ["a", "b", "c"]) and alone == [["a", "b", "c"]]
-    of_a, of_b = a_run(settings, stage, dead), a_run(settings, stage, dead)
-    assert admit(of_a, ["a"]) and admit(of_b, ["b"])
-    of_a.finish(["a"])
-    of_b.undo(["b"])  # b was not this run's to take: its one death still counts
+    assert admit(["a", "b", "c"])  # no run died yet; this one dies: nothing finishes
+    assert not admit(["a", "b", "c"]) and alone == [["a", "b", "c"]]
+    assert admit(["a"]) and admit(["b"])
+    runs.finish(["a"])
+    runs.undo(["b"])  # b was not this run's to take: its one death still counts
     for _ in range(KILLED_RUNS - 1):
-        assert admit(a_run(settings, stage, dead), ["c"])  # c's runs keep dying
-    last = a_run(settings, stage, dead)
-    assert not admit(last, ["c"]) and failed == [("c", f"killed its worker {KILLED_RUNS} times")]
-    assert deaths_of(last, ["a", "b", "c"]) == [None, 1, KILLED_RUNS]
-    last.finish(["c"])  # as the door does with the item it failed
-    assert deaths_of(last, ["c"]) == [None]  # no count of none is kept
-    last.client.delete(last.key)
+        assert admit(["c"])  # c's runs keep dying
+    assert not admit(["c"]) and failed == [("c", f"killed its worker {KILLED_RUNS} times")]
+    assert runs.client.hgetall(runs.key) == {b"b": b"1", b"c": str(KILLED_RUNS + 1).encode()}
+    runs.undo(["b"])
+    assert runs.client.hgetall(runs.key) == {b"c": str(KILLED_RUNS + 1).encode()}  # no count of none is kept
+    runs.client.delete(runs.key)
 
 
-def test_runs_of_other_tasks_still_going_are_no_deaths_however_many(settings):
-    """Copies of one single-item task running at once (the sweeper's and a countdown's) see
-    each other's marks: none of them may take the others for runs that killed their worker."""
-    stage, live = f"test-{uuid.uuid4().hex}", f"here:1:{uuid.uuid4().hex[:8]}"
-    copies = [a_run(settings, stage, live) for _ in range(KILLED_RUNS + 1)]
-    client = copies[0].client
-    heartbeats.beat(client, live)
-    failed: list[str] = []
-    assert [c.admit(["x"], failed.append, lambda i, why: failed.append(why)) for c in copies] == [True] * len(copies)
-    assert failed == [] and deaths_of(copies[0], ["x"]) == [0]
-    for copy in copies:
-        copy.finish(["x"])
-    assert deaths_of(copies[0], ["x"]) == [None]
-    client.delete(copies[0].key)
-    heartbeats.forget(client, [live])
-
-
-def test_a_run_that_finishes_an_item_another_run_holds_leaves_the_holders_death_to_count(settings):
-    """A run that takes an item another run holds (it skipped it, and said it took it) must
-    not forget the holder's mark: when the holder's task comes back after its worker died,
-    that death counts."""
-    stage, live = f"test-{uuid.uuid4().hex}", f"here:1:{uuid.uuid4().hex[:8]}"
-    holder = a_run(settings, stage, live)
-    heartbeats.beat(holder.client, live)
-    assert holder.start(["x"]) == 0
-    other = a_run(settings, stage, live)
-    assert other.start(["x"]) == 0
-    other.finish(["x"])
-    back = a_run(settings, stage, f"new:2:{uuid.uuid4().hex[:8]}", task=holder.task)  # given back by the death
-    assert back.start(["x"]) == 1
-    holder.client.delete(holder.key)
-    heartbeats.forget(holder.client, [live])
-
-
-@pytest.mark.usefixtures("app")  # the process's settings, as a worker has them
 def test_a_prepare_run_that_finds_a_message_held_by_another_run_keeps_that_runs_count(migrated, engine):
     """The sweeper may dispatch a message again while a run holds it. The second run skips it
     and must not forget the deaths counted on it, or a message that kills every worker that
     takes it would never be failed."""
     held, free = insert_accepted(engine, new_project(engine), 2)
-    client, key = redis.Redis.from_url(migrated.redis_url), unfinished_key("prepare")
-    client.hset(key, mapping={held: KILLED_RUNS - 2, free: KILLED_RUNS - 2})
+    runs = UnfinishedRuns(redis.Redis.from_url(migrated.redis_url), "prepare")
+    runs.client.hset(runs.key, mapping={held: KILLED_RUNS - 2, free: KILLED_RUNS - 2})
     with engine.connect() as holder:
         holder.execute(text("SELECT 1 FROM messages WHERE id = CAST(:id AS uuid) FOR UPDATE"), {"id": held})
         prepare_chunk(migrated, [held], "bulk")
-        assert client.hget(key, held) == str(KILLED_RUNS - 2).encode()
+        assert runs.client.hget(runs.key, held) == str(KILLED_RUNS - 2).encode()
         holder.rollback()
     prepare_chunk(migrated, [free], "bulk")
     prepare_chunk(migrated, [held], "bulk")
-    assert client.hmget(key, [held, free]) == [None, None]
+    assert runs.client.hmget(runs.key, [held, free]) == [None, None]
     prepared = statuses(engine, [held, free])
     assert prepared.keys() == {held, free} and "accepted" not in prepared.values()

@@ -80,11 +80,9 @@ def test_a_claim_whose_resend_died_too_becomes_unknown_and_is_not_sent_a_third_t
     ids = insert_accepted(engine, new_project(engine), 2)
     claim_id = str(uuid.uuid4())
     handed_back(engine, ids, claim_id)
-    client = redis.Redis.from_url(migrated.redis_url)
-    for _ in range(2):  # the first run, killed, and its resend, killed too: their process never beats
-        isolation.UnfinishedRuns(client, "deliver", uuid.uuid4().hex, "dead:1:abc", migrated.worker_dead_after).start(
-            ids
-        )
+    deaths = isolation.UnfinishedRuns(redis.Redis.from_url(migrated.redis_url), "deliver")
+    deaths.start(ids)  # the first run, killed
+    deaths.start(ids)  # its resend, killed too
     resend("resend", claim_id, "bulk")
     assert set(statuses(engine, ids).values()) == {"unknown"}
     assert events(engine, ids)["unknown"] == 2
