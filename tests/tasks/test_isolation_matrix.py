@@ -28,7 +28,7 @@ from app.delivery.webhook_store import webhook_id
 from app.observability.counters import HASH, labels_text
 from tasks.deliver import deliver_batch
 from tasks.fanout import fan_out
-from tasks.isolation import KILLED_RUNS, batch_wide, unfinished_key
+from tasks.isolation import KILLED_RUNS, UnfinishedRuns, batch_wide
 from tasks.maintenance import redispatch_stalled as stalled_messages
 from tasks.prepare import prepare_chunk
 from tasks.reports import Item, apply_all
@@ -489,7 +489,7 @@ def test_a_workflow_run_that_keeps_killing_its_worker_is_failed_without_another_
     """Its runs died KILLED_RUNS times (counted as prepare's and deliver's are): the step
     task fails it with the reason instead of running it again."""
     _, run_id = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
-    key = unfinished_key("workflow_step")
+    key = UnfinishedRuns(counters, "workflow_step").key
     counters.hset(key, run_id, KILLED_RUNS)
     assert workflow_step([run_id], 0) == 0
     assert state(engine, [run_id]) == [("failed", 0, False, 0)]
@@ -501,7 +501,7 @@ def test_a_workflow_step_that_skips_a_run_another_task_holds_keeps_that_runs_dea
     """The step locks its runs SKIP LOCKED: a run another task holds is not its own to
     finish, or the deaths counted on it would be forgotten."""
     _, run_id = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
-    key = unfinished_key("workflow_step")
+    key = UnfinishedRuns(counters, "workflow_step").key
     counters.hset(key, run_id, KILLED_RUNS - 2)
     try:
         with engine.connect() as holder:
