@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.delivery import store
 from providers.base import Attachment
 
 FILE_CHUNK = 1024 * 1024  # characters of a file's base64 read in one row
 
 
-def load(session: Session, claimed: Sequence[Row]) -> dict[str, Attachment]:
+def load(session: Session, claimed: Sequence[store.Claimed]) -> dict[str, Attachment]:
     """Attachment id → file, for every attachment the claimed rows name; one query, none without files.
 
     Each file comes in rows of FILE_CHUNK characters: libpq keeps a buffer as large as the

@@ -14,7 +14,6 @@ from typing import Any
 
 import redis
 from celery import Task
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
@@ -173,7 +172,7 @@ def deliver_batch(
         increment(client, "pause_postponed", len(ids), provider=provider)
         return
     admitted = failover.admit(config, client, provider, priority, ids)
-    runs: list[tuple[Sequence[Row], SendRun]] = []
+    runs: list[tuple[Sequence[store.Claimed], SendRun]] = []
     try:
         runs = send(config, client, provider, priority, admitted.ids, held)
     finally:
@@ -191,7 +190,7 @@ def deliver_batch(
 
 def send(
     config: Settings, client: redis.Redis, provider: str, priority: str, ids: list[str], held: Held | None
-) -> list[tuple[Sequence[Row], SendRun]]:
+) -> list[tuple[Sequence[store.Claimed], SendRun]]:
     """Pace (unless a grant is `held`), claim, stamp the grant, send and finalise; what each
     account of the provider said. The grant is stamped once the rows are claimed, so the
     pace counts it from about when its request reaches the provider (app/delivery/pacing.py)."""
@@ -221,13 +220,15 @@ def send(
         return send_claimed(config, client, provider, priority, claimed, files, known)
 
 
-def in_order(claimed: Sequence[Row]) -> list[Row]:
+def in_order(claimed: Sequence[store.Claimed]) -> list[store.Claimed]:
     """Claimed rows by id: a claim sent again (tasks/resend.py) then makes the very same
     provider calls, which is what lets a provider's idempotency key recognise them."""
     return sorted(claimed, key=lambda row: row.id)
 
 
-def materials(session: Session, claimed: Sequence[Row]) -> tuple[dict[str, Attachment], Sequence[Row]]:
+def materials(
+    session: Session, claimed: Sequence[store.Claimed]
+) -> tuple[dict[str, Attachment], Sequence[device_store.Device]]:
     """What sending the claimed rows needs besides them: their files, and their push devices."""
     files = attachments.load(session, claimed)
     return files, device_store.of_messages(session, [row.id for row in claimed if row.channel == Channel.PUSH])
@@ -238,11 +239,11 @@ def send_claimed(
     client: redis.Redis,
     provider: str,
     priority: str,
-    claimed: Sequence[Row],
+    claimed: Sequence[store.Claimed],
     files: Mapping[str, Attachment],
-    known: Sequence[Row],
+    known: Sequence[device_store.Device],
     repeat: bool = False,
-) -> list[tuple[Sequence[Row], SendRun]]:
+) -> list[tuple[Sequence[store.Claimed], SendRun]]:
     """Send what this run claimed (`known`: the devices of its push messages), and write
     each message's fate and each device's. Returns what the provider said, per device. A
     `repeat` of an abandoned claim's calls settles what was neither sent nor refused as
@@ -310,11 +311,15 @@ def send_claimed(
 
 
 def send_by_account(
-    config: Settings, client: redis.Redis, provider: str, claimed: Sequence[Row], files: Mapping[str, Attachment]
-) -> list[tuple[Sequence[Row], SendRun]]:
+    config: Settings,
+    client: redis.Redis,
+    provider: str,
+    claimed: Sequence[store.Claimed],
+    files: Mapping[str, Attachment],
+) -> list[tuple[Sequence[store.Claimed], SendRun]]:
     """Send each account's messages through its adapter; a pause applies to that account only."""
     pauses = ProviderPauses(client)
-    runs: list[tuple[Sequence[Row], SendRun]] = []
+    runs: list[tuple[Sequence[store.Claimed], SendRun]] = []
     for account, rows in adapters.accounts_for(config, provider, claimed):
         paused_for = pauses.seconds_left(account.scope) if account.own else None
         if paused_for is not None:
@@ -359,7 +364,7 @@ def postpone(
                 enqueue_after_commit(session, signature)
 
 
-def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Attachment]) -> SendRun:
+def send_all(adapter: Provider, claimed: Sequence[store.Claimed], files: Mapping[str, Attachment]) -> SendRun:
     run = SendRun()
     for start in range(0, len(claimed), adapter.max_batch):
         chunk = claimed[start : start + adapter.max_batch]
@@ -377,7 +382,7 @@ def send_all(adapter: Provider, claimed: Sequence[Row], files: Mapping[str, Atta
     return run
 
 
-def send_chunk(adapter: Provider, chunk: Sequence[Row], files: Mapping[str, Attachment]) -> list[SendResult]:
+def send_chunk(adapter: Provider, chunk: Sequence[store.Claimed], files: Mapping[str, Attachment]) -> list[SendResult]:
     """Send one provider batch; a message that cannot be built fails alone, and a failure of
     the whole call becomes a result per message."""
     built: list[Outbound] = []
@@ -406,7 +411,7 @@ def pause_for(result: SendResult) -> tuple[float, str, str]:
     return CONFIGURATION_PAUSE_SECONDS, "configuration", f"configuration error: {result.error}"
 
 
-def outbound(row: Row, files: Mapping[str, Attachment]) -> Outbound:
+def outbound(row: store.Claimed, files: Mapping[str, Attachment]) -> Outbound:
     webhook = row.webhook_project or {"signing_secrets": (), "allowed_networks": None}
     return Outbound(
         message_id=row.id,

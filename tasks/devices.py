@@ -31,7 +31,7 @@ from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from app.content.addresses import normalise_address
-from app.delivery import device_store
+from app.delivery import device_store, store
 from app.delivery.device_store import WAITING, NewDevice, Settled
 from app.enums import Channel, DeviceStatus
 from app.schemas.audience import MAX_PUSH_TOKENS
@@ -94,7 +94,7 @@ class DeviceUnit:
     """A claimed push message as one of its devices is sent it: its own id and token; the
     content, project and account are the message's."""
 
-    message: Row
+    message: store.Claimed
     id: str
     to_address: str
     n: int
@@ -105,19 +105,19 @@ class DeviceUnit:
         return getattr(self.message, name)
 
 
-def expand(claimed: Sequence[Row], devices: Sequence[Row]) -> list[Row]:
+def expand(claimed: Sequence[store.Claimed], devices: Sequence[device_store.Device]) -> list[store.Claimed]:
     """What to send: a unit per waiting device of a message with devices (none when all are
     settled), the row itself for every other message. A unit reads as its message's row, so
     what sends rows sends it; the types cannot tell, hence the cast."""
     known = {device.message_id for device in devices}
-    waiting: dict[str, list[Row]] = defaultdict(list)
+    waiting: dict[str, list[device_store.Device]] = defaultdict(list)
     for device in devices:
         if device.status in WAITING:
             waiting[device.message_id].append(device)
-    units: list[Row] = []
+    units: list[store.Claimed] = []
     for row in claimed:
         if row.id in known:
-            units += [cast(Row, DeviceUnit(row, unit_id(row.id, d.n), d.token, d.n)) for d in waiting[row.id]]
+            units += [cast(store.Claimed, DeviceUnit(row, unit_id(row.id, d.n), d.token, d.n)) for d in waiting[row.id]]
         else:
             units.append(row)
     return units
@@ -127,7 +127,7 @@ def expand(claimed: Sequence[Row], devices: Sequence[Row]) -> list[Row]:
 class Folded:
     """The devices' answers as one per message, and what to write for each device."""
 
-    runs: list[tuple[Sequence[Row], SendRun]] = field(default_factory=list)
+    runs: list[tuple[Sequence[store.Claimed], SendRun]] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
     owner: dict[str, str] = field(default_factory=dict)  # unit id → message id
     # Message id → what its event adds: how many of its devices stand where.
@@ -135,13 +135,13 @@ class Folded:
 
 
 def fold(
-    sent: Sequence[tuple[Sequence[Row | DeviceUnit], SendRun]],
-    claimed: Sequence[Row],
-    devices: Sequence[Row],
+    sent: Sequence[tuple[Sequence[store.Claimed | DeviceUnit], SendRun]],
+    claimed: Sequence[store.Claimed],
+    devices: Sequence[device_store.Device],
     max_attempts: Mapping[Channel, int],
 ) -> Folded:
     """One answer per claimed message from its units' answers (the rules of the docstring)."""
-    known: dict[str, list[Row]] = defaultdict(list)
+    known: dict[str, list[device_store.Device]] = defaultdict(list)
     for device in devices:
         known[device.message_id].append(device)
     folded = Folded()
@@ -158,17 +158,17 @@ def fold(
 
 def fold_run(
     folded: Folded,
-    units: Sequence[Row | DeviceUnit],
+    units: Sequence[store.Claimed | DeviceUnit],
     run: SendRun,
-    known: Mapping[str, list[Row]],
+    known: Mapping[str, list[device_store.Device]],
     max_attempts: Mapping[Channel, int],
-) -> tuple[list[Row], SendRun]:
+) -> tuple[list[store.Claimed], SendRun]:
     """One account's run, its devices' answers turned into their messages'; other messages
     keep their own."""
     answers = {r.message_id: r for r in run.results}
     unsent = {u.id for u in run.unsent}
     messages = replace(run, results=[], unsent=[])
-    rows: list[Row] = []
+    rows: list[store.Claimed] = []
     groups: dict[str, list[DeviceUnit]] = defaultdict(list)
     for unit in units:
         if isinstance(unit, DeviceUnit):
@@ -194,9 +194,9 @@ def fold_run(
 
 def judge(
     folded: Folded,
-    message: Row,
+    message: store.Claimed,
     answers: Sequence[tuple[DeviceUnit, SendResult | None]],
-    devices: Sequence[Row],
+    devices: Sequence[device_store.Device],
     max_attempts: Mapping[Channel, int],
 ) -> SendResult | None:
     """The message's answer from its devices' (None: back to ready), and each device settled."""

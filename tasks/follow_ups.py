@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from app.delivery import store
@@ -23,7 +22,9 @@ SUPPRESSED = "suppressed"
 TOKEN_REMOVED = "token_removed"
 
 
-def apply(session: Session, results: Sequence[SendResult], rows: Mapping[str, Row]) -> dict[str, dict[str, Any]]:
+def apply(
+    session: Session, results: Sequence[SendResult], rows: Mapping[str, store.Claimed]
+) -> dict[str, dict[str, Any]]:
     """Apply every follow-up the results ask for; per message, what the failed event should add."""
     suppressions: list[NewSuppression] = []
     tokens: list[tuple[str, str, str]] = []

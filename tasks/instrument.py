@@ -35,7 +35,7 @@ GAVE_UP = (MessageStatus.FAILED, MessageStatus.DEAD)
 def delivered(
     client: redis.Redis,
     provider: str,
-    claimed: Sequence[Row],
+    claimed: Sequence[store.Claimed],
     outcomes: Sequence[store.Finalised],
     call_seconds: Sequence[float],
 ) -> None:

@@ -93,7 +93,10 @@ class Kept:
             for o in data["outcomes"]
         )
         events = tuple(store.NewEvent(**e) for e in data["events"])
-        return cls(key, data["worker"], outcomes, events, data["until"])
+        worker, until = data["worker"], data["until"]
+        if not isinstance(worker, str) or isinstance(until, bool) or not isinstance(until, int | float):
+            raise ValueError(f"worker {worker!r} until {until!r}")
+        return cls(key, worker, outcomes, events, until)
 
     def message_ids(self) -> list[str]:
         return [o.message_id for o in self.outcomes]
@@ -153,8 +156,9 @@ def remember(client: redis.Redis, kept: Kept) -> bool:
         return False
 
 
-def forget(client: redis.Redis, keys: Sequence[str]) -> None:
-    """Drop written runs; Redis away only leaves them for the sweeper, whose write finds them done."""
+def forget(client: redis.Redis, keys: Sequence[str | bytes]) -> None:
+    """Drop written runs (or entries that are no runs); Redis away only leaves them for the
+    sweeper, whose write finds them done."""
     if not keys:
         return
     try:
@@ -164,8 +168,19 @@ def forget(client: redis.Redis, keys: Sequence[str]) -> None:
 
 
 def all_kept(client: redis.Redis) -> list[Kept]:
-    """Every run kept in Redis (at most MAX_KEPT)."""
-    return [Kept.loads(key.decode(), raw) for key, raw in hash_of(client, KEY).items()]
+    """Every run kept in Redis (at most MAX_KEPT). An entry that is not a run (garbled, or
+    written by another version) is logged and dropped alone: failing on it would leave
+    every other run unwritten at every sweep."""
+    kept: list[Kept] = []
+    garbled: list[bytes] = []
+    for key, raw in hash_of(client, KEY).items():
+        try:
+            kept.append(Kept.loads(key.decode(), raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            logger.error("kept answers %r dropped, not a run: %s: %s", key, type(error).__name__, error)
+            garbled.append(key)
+    forget(client, garbled)
+    return kept
 
 
 def write(session: Session, kept: Kept) -> int:

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
-
 from app.config import MAX_COUNTDOWN, Settings
 from app.delivery import store
 from app.delivery.retry import backoff
@@ -30,7 +28,7 @@ class SendRun:
     and why not: a pause it asked for (seconds, cause, reason), or one already running."""
 
     results: list[SendResult] = field(default_factory=list)
-    unsent: list[Row] = field(default_factory=list)
+    unsent: list[store.Claimed] = field(default_factory=list)
     pause: tuple[float, str, str] | None = None
     paused_for: float | None = None
     stopped: bool = False  # the worker is shutting down: untried messages go back at once
@@ -50,7 +48,7 @@ class SendRun:
         return ok, sum(r.outcome is Outcome.TRANSIENT for r in self.results)
 
 
-def decide_all(config: Settings, runs: Sequence[tuple[Sequence[Row], SendRun]]) -> list[store.Finalised]:
+def decide_all(config: Settings, runs: Sequence[tuple[Sequence[store.Claimed], SendRun]]) -> list[store.Finalised]:
     """Every claimed message's next status; a provider-wide stop gives the attempt back."""
     outcomes: list[store.Finalised] = []
     for rows, run in runs:
@@ -70,7 +68,7 @@ def decide_all(config: Settings, runs: Sequence[tuple[Sequence[Row], SendRun]]) 
     return align_short_retries(outcomes)
 
 
-def decide(result: SendResult, row: Row, config: Settings, ready_at: datetime | None) -> store.Finalised:
+def decide(result: SendResult, row: store.Claimed, config: Settings, ready_at: datetime | None) -> store.Finalised:
     """Turn a provider's answer into the message's next status."""
     if result.outcome is Outcome.SENT:
         return store.Finalised(row.id, MessageStatus.SENT, provider_message_id=result.provider_message_id)
@@ -139,7 +137,7 @@ EVENT_FOR_STATUS: Mapping[MessageStatus, EventType] = {
 
 def events_for(
     outcomes: Sequence[store.Finalised],
-    rows: Mapping[str, Row],
+    rows: Mapping[str, store.Claimed],
     extra: Mapping[str, Mapping[str, Any]],
 ) -> list[store.NewEvent]:
     """Events for the outcomes the message row cannot tell on its own (sent is derived), each

@@ -19,12 +19,11 @@ from itertools import zip_longest
 from typing import NamedTuple
 
 import redis
-from sqlalchemy import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, current_settings
 from app.db import enqueue_after_commit, session_factory
-from app.delivery import dispatch
+from app.delivery import dispatch, store
 from app.delivery.broker import celery_app
 from app.enums import EventType
 from app.redis_client import redis_for
@@ -48,7 +47,7 @@ class Item(NamedTuple):
 
 
 def follow(
-    session: Session, provider: str, priority: str, results: Sequence[SendResult], rows: Mapping[str, Row]
+    session: Session, provider: str, priority: str, results: Sequence[SendResult], rows: Mapping[str, store.Claimed]
 ) -> None:
     """Publish the reports of the messages sent, once the transaction that writes them sent commits."""
     items = [

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Row
-
 from app.config import MAX_COUNTDOWN, Settings, current_settings
 from app.db import publish, session_scope
 from app.delivery import dispatch, store
@@ -61,7 +59,7 @@ def resend(provider: str, claim_id: str, priority: str) -> None:
         deaths.finish(ids)
 
 
-def give_up(config: Settings, claimed: Sequence[Row]) -> None:
+def give_up(config: Settings, claimed: Sequence[store.Claimed]) -> None:
     """The claim's messages as `unknown`, each with the event that says why."""
     outcomes = [store.Finalised(row.id, MessageStatus.UNKNOWN, error=GAVE_UP) for row in claimed]
     with session_scope(config.database_url) as session:

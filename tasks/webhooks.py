@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import requests
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from app.config import MAX_COUNTDOWN, Settings, current_settings
@@ -128,7 +127,7 @@ def http_session(allowed: tuple[Network, ...]) -> requests.Session:
     return sessions[allowed]
 
 
-def post(row: Row, config: Settings) -> Attempt:
+def post(row: webhook_store.Claimed, config: Settings) -> Attempt:
     """POST one delivery, signed with the current secret and, during a rotation, the previous one.
 
     Bounded like every provider call (providers/bounded.py): WEBHOOK_TIMEOUT for the whole
@@ -184,6 +183,6 @@ def short_waits(settled: Sequence[Settled]) -> list[tuple[float, list[str]]]:
     return [(max((at - now).total_seconds(), 0.0), ids) for at, ids in groups.items()]
 
 
-def disabled_event(row: Row) -> store.NewEvent:
+def disabled_event(row: webhook_store.EndpointStreak) -> store.NewEvent:
     data = {"endpoint_id": row.id, "url": row.url, "reason": row.disabled_reason}
     return store.NewEvent(None, row.project_id, EventType.WEBHOOK_DISABLED, data)

@@ -37,13 +37,15 @@ def workflow_step(run_ids: list[str], step: int) -> int:
     config = current_settings()
     moved = 0
 
-    def advance(part: Sequence[str]) -> None:
+    def advance(part: Sequence[str]) -> list[str]:
+        """The runs of `part` it locked: one another task holds is that task's to count."""
         nonlocal moved
         with session_scope(config.database_url) as session:
             done = engine.advance(session, part, step)
             for signature in done.publish:
                 enqueue_after_commit(session, signature)
         moved += done.runs
+        return done.locked
 
     def one_per_task(part: Sequence[str]) -> None:
         for run_id in part:

@@ -21,8 +21,6 @@ from datetime import datetime
 from functools import cache
 from typing import ClassVar, Self
 
-from sqlalchemy import Row
-
 from app.config import Settings, current_settings
 from app.db import session_scope
 from app.delivery import store
@@ -106,7 +104,9 @@ _own: dict[tuple[str, str], tuple[datetime, Provider]] = {}
 _lock = threading.Lock()
 
 
-def accounts_for(config: Settings, provider: str, claimed: Sequence[Row]) -> list[tuple[Account, list[Row]]]:
+def accounts_for(
+    config: Settings, provider: str, claimed: Sequence[store.Claimed]
+) -> list[tuple[Account, list[store.Claimed]]]:
     """Group a claimed batch by account: the deployment's, and each project's own where it has one.
 
     A provider whose every message goes to an endpoint its tenant chose (the simulator, the
@@ -114,7 +114,7 @@ def accounts_for(config: Settings, provider: str, claimed: Sequence[Row]) -> lis
     project's recipients answer (the simulator's `rate-limited`) pauses that project alone.
     """
     per_project = registry.endpoint_per_message(provider)
-    groups: dict[str | None, list[Row]] = defaultdict(list)  # by project; None: the deployment's scope
+    groups: dict[str | None, list[store.Claimed]] = defaultdict(list)  # by project; None: the deployment's scope
     versions: dict[str, datetime] = {}
     for row in claimed:
         if row.account_version is not None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db import rows_as
 from app.delivery.store import storable
 from app.enums import DeviceStatus
 
@@ -66,13 +68,28 @@ def start(session: Session, devices: Sequence[NewDevice]) -> None:
     )
 
 
-def of_messages(session: Session, ids: Sequence[str]) -> Sequence[Row]:
+@dataclass(frozen=True)
+class Device:
+    """One device of a push message as recorded: its token, state, and the provider's answer."""
+
+    message_id: str
+    n: int
+    token: str
+    status: str
+    attempts: int
+    provider_message_id: str | None
+    error: str | None
+    follow_up: str | None
+    updated_at: datetime
+
+
+def of_messages(session: Session, ids: Sequence[str]) -> list[Device]:
     """Every device of the given messages (deliver's claimed batch, or one message's
     timeline), in their subscriber's order; none for a message sent to one raw token, or
     prepared before devices were recorded."""
     if not ids:
         return []
-    return session.execute(
+    rows = session.execute(
         text(
             """
             SELECT message_id::text AS message_id, n, token, status, attempts, provider_message_id, error,
@@ -82,7 +99,8 @@ def of_messages(session: Session, ids: Sequence[str]) -> Sequence[Row]:
             """
         ),
         {"ids": list(ids)},
-    ).all()
+    )
+    return rows_as(Device, rows)
 
 
 def settle(session: Session, settled: Sequence[Settled]) -> None:

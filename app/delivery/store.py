@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db import rows_as
 from app.delivery import fanout
 from app.delivery.event_log import SENT_COLUMNS, STORED_COLUMNS, LogEntry, entry
 from app.enums import EventType, MessageStatus
@@ -66,14 +67,40 @@ CLAIMED_COLUMNS = """
 """
 
 
-def claim(session: Session, provider: str, ids: Sequence[str], worker: str, claim_id: str) -> Sequence[Row]:
+@dataclass(frozen=True)
+class Claimed:
+    """A message taken for sending, as CLAIMED_COLUMNS return it: all a provider call needs."""
+
+    id: str
+    project_id: str
+    channel: str
+    priority: str
+    to_address: str  # prepare fails a message it finds no address for: a ready one has one
+    attempts: int
+    subscriber_id: str | None
+    created_at: datetime
+    subject: str | None
+    text: str | None
+    html: str | None
+    metadata: dict[str, Any]
+    payload: dict[str, Any] | None
+    reply_to: str | None
+    cc: str | None
+    headers: dict[str, Any] | None
+    from_address: str | None
+    attachment_ids: list[str] | None
+    account_version: datetime | None
+    webhook_project: dict[str, Any] | None
+
+
+def claim(session: Session, provider: str, ids: Sequence[str], worker: str, claim_id: str) -> list[Claimed]:
     """Take messages for sending: ready ones, and retrying ones whose wait is over.
 
     The conditional UPDATE is the guard against double sends: of two workers holding the
     same ids, only one gets rows back. The claim names the `worker` process holding it and
     this run of it (`claim_id`), for the sweeper (tasks/maintenance.py).
     """
-    return session.execute(
+    rows = session.execute(
         text(
             f"""
             UPDATE messages m
@@ -88,15 +115,24 @@ def claim(session: Session, provider: str, ids: Sequence[str], worker: str, clai
             """
         ),
         {"ids": list(ids), "provider": provider, "worker": worker, "claim_id": claim_id},
-    ).all()
+    )
+    return rows_as(Claimed, rows)
 
 
-def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> Sequence[Row]:
+@dataclass(frozen=True)
+class HandedOver:
+    """A message moved to another provider, and that provider."""
+
+    id: str
+    provider: str
+
+
+def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapping[str, str]) -> list[HandedOver]:
     """Move the messages `provider` may not send now to another provider, per channel
-    (`targets`: channel → provider), in one statement; returns the moved (id, provider)."""
+    (`targets`: channel → provider), in one statement; returns those moved."""
     if not targets:
         return []
-    return session.execute(
+    rows = session.execute(
         text(
             """
             UPDATE messages m SET provider = v.target, status = 'ready', next_attempt_at = NULL, updated_at = now()
@@ -107,12 +143,23 @@ def hand_over(session: Session, provider: str, ids: Sequence[str], targets: Mapp
             """
         ),
         {"ids": list(ids), "provider": provider, "channels": list(targets), "targets": list(targets.values())},
-    ).all()
+    )
+    return rows_as(HandedOver, rows)
 
 
-def project_accounts(session: Session, provider: str, projects: Collection[str]) -> Sequence[Row]:
+@dataclass(frozen=True)
+class ProjectAccount:
+    """A project's own account with a provider: its settings sealed (app/crypto), and when
+    they last changed (what an adapter built from them is cached by)."""
+
+    project_id: str
+    sealed: str
+    updated_at: datetime
+
+
+def project_accounts(session: Session, provider: str, projects: Collection[str]) -> list[ProjectAccount]:
     """The sealed settings of projects' own accounts with `provider`."""
-    return session.execute(
+    rows = session.execute(
         text(
             """
             SELECT project_id, sealed, updated_at FROM project_providers
@@ -120,7 +167,8 @@ def project_accounts(session: Session, provider: str, projects: Collection[str])
             """
         ),
         {"provider": provider, "projects": list(projects)},
-    ).all()
+    )
+    return rows_as(ProjectAccount, rows)
 
 
 def remove_push_tokens(session: Session, tokens: Sequence[tuple[str, str, str]]) -> None:
@@ -317,14 +365,14 @@ def break_claim(session: Session, ids: Sequence[str]) -> None:
 HANDED_BACK = "sweeper"
 
 
-def take_over(session: Session, claim_id: str, worker: str) -> Sequence[Row]:
+def take_over(session: Session, claim_id: str, worker: str) -> list[Claimed]:
     """The rows of a claim the sweeper handed back, now claimed by `worker` to be sent again.
 
     Nothing while any row of the claim is still held by its dead worker (a sweep takes a
     bounded number of rows): the resend must make the very calls the claim made, no fewer.
     The attempt is not counted again; it is the same attempt, repeated.
     """
-    return session.execute(
+    rows = session.execute(
         text(
             f"""
             UPDATE messages m SET claimed_by = :worker, claimed_at = now(), updated_at = now()
@@ -338,4 +386,5 @@ def take_over(session: Session, claim_id: str, worker: str) -> Sequence[Row]:
             """
         ),
         {"claim_id": claim_id, "worker": worker, "handed_back": HANDED_BACK},
-    ).all()
+    )
+    return rows_as(Claimed, rows)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db import rows_as
 from app.delivery.event_log import LogEntry
 from app.enums import WebhookDeliveryStatus
 
@@ -85,12 +86,27 @@ def enqueue(session: Session, entries: Sequence[LogEntry], listening: Collection
     )
 
 
-def claim(session: Session, ids: Sequence[str]) -> Sequence[Row]:
-    """Take due deliveries of enabled endpoints for an attempt; a duplicate task gets nothing.
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery taken for an attempt, with all its POST needs: its endpoint's URL, shape
+    and secrets (encrypted; the previous one during a rotation's overlap), and the networks
+    its project may also reach (`webhook_allowed_networks`, as stored)."""
 
-    Each comes with the networks its project may also reach (`webhook_allowed_networks`).
-    """
-    return session.execute(
+    id: str
+    project_id: str
+    endpoint_id: str
+    events: list[dict[str, Any]]
+    attempts: int
+    url: str
+    batch: bool
+    secret: str
+    previous_secret: str | None
+    allowed_networks: Any
+
+
+def claim(session: Session, ids: Sequence[str]) -> list[Claimed]:
+    """Take due deliveries of enabled endpoints for an attempt; a duplicate task gets nothing."""
+    rows = session.execute(
         text(
             """
             UPDATE webhook_deliveries d
@@ -106,7 +122,8 @@ def claim(session: Session, ids: Sequence[str]) -> Sequence[Row]:
             """
         ),
         {"ids": list(ids)},
-    ).all()
+    )
+    return rows_as(Claimed, rows)
 
 
 @dataclass(frozen=True)
@@ -201,10 +218,21 @@ GONE_REASON = "the endpoint answered 410 Gone"
 FAILING_REASON = "every attempt failed for {days:g} days"
 
 
-def settle_endpoints(session: Session, attempts: Sequence[Attempt], disable_after: float) -> Sequence[Row]:
+@dataclass(frozen=True)
+class EndpointStreak:
+    """An endpoint whose streak an attempt moved on, and whether that disabled it just now."""
+
+    id: str
+    project_id: str
+    url: str
+    disabled_reason: str | None
+    disabled: bool
+
+
+def settle_endpoints(session: Session, attempts: Sequence[Attempt], disable_after: float) -> list[EndpointStreak]:
     """Track each endpoint's failure streak; disable it on a 410 or a streak longer than
-    `disable_after` seconds. Returns the endpoints disabled just now."""
-    return session.execute(
+    `disable_after` seconds. Returns every endpoint still enabled before, `disabled` now or not."""
+    rows = session.execute(
         text(
             """
             WITH v AS (
@@ -236,14 +264,23 @@ def settle_endpoints(session: Session, attempts: Sequence[Attempt], disable_afte
             "gone_reason": GONE_REASON,
             "failing_reason": FAILING_REASON.format(days=disable_after / 86400),
         },
-    ).all()
+    )
+    return rows_as(EndpointStreak, rows)
 
 
-def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> Sequence[Row]:
+@dataclass(frozen=True)
+class Due:
+    """A delivery made due now, and its project (tasks go per project)."""
+
+    id: str
+    project_id: str
+
+
+def release_due(session: Session, grace: float, claim_timeout: float, batch: int) -> list[Due]:
     """Deliveries whose wait is over (parked long retries, lost tasks) and claims whose
     worker died: made due now and returned with their project, for the caller to dispatch
     after commit."""
-    return session.execute(
+    rows = session.execute(
         text(
             """
                 UPDATE webhook_deliveries d
@@ -256,11 +293,12 @@ def release_due(session: Session, grace: float, claim_timeout: float, batch: int
                            AND d2.next_attempt_at <= now() - make_interval(secs => :grace))
                        OR (d2.status = 'sending' AND d2.claimed_at < now() - make_interval(secs => :timeout))
                     LIMIT :batch FOR UPDATE OF d2 SKIP LOCKED)
-                RETURNING d.id::text, d.project_id
+                RETURNING d.id::text AS id, d.project_id
                 """
         ),
         {"grace": grace, "timeout": claim_timeout, "batch": batch},
-    ).all()
+    )
+    return rows_as(Due, rows)
 
 
 def webhook_id(delivery_id: str) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, func, select, tuple_, update
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.access import admission
@@ -244,7 +244,9 @@ def message_view(message: Message, meta: dict[str, Any] | None) -> dict[str, Any
     }
 
 
-def timeline(message: Message, stored: list[Event], devices: Sequence[Row] = ()) -> list[dict[str, Any]]:
+def timeline(
+    message: Message, stored: list[Event], devices: Sequence[device_store.Device] = ()
+) -> list[dict[str, Any]]:
     """Every status the message passed through, oldest first.
 
     The happy path is read off the message's own timestamps, so a delivered message costs
@@ -268,7 +270,7 @@ def timeline(message: Message, stored: list[Event], devices: Sequence[Row] = ())
     return [{"type": kind, "at": at, "data": data} for at, kind, data in entries]
 
 
-def device_view(device: Row) -> dict[str, Any]:
+def device_view(device: device_store.Device) -> dict[str, Any]:
     """One device's entry: its token, status and attempts, and what the provider last said."""
     view = {"token": device.token, "status": device.status, "attempts": device.attempts}
     extra = {"provider_message_id": device.provider_message_id, "error": device.error, "follow_up": device.follow_up}

@@ -80,9 +80,11 @@ class Run:
 
 @dataclass
 class Moved:
-    """What a task must publish once its transaction commits."""
+    """What a task must publish once its transaction commits; the runs it locked (those
+    another task holds are skipped, not its own), and how many of them it moved."""
 
     publish: list[Publishable] = field(default_factory=list)
+    locked: list[str] = field(default_factory=list)
     runs: int = 0
 
 
@@ -105,6 +107,7 @@ def advance(session: Session, run_ids: Sequence[str], step: int) -> Moved:
     runs = []
     early: list[tuple[str, int, datetime]] = []
     for row in session.execute(LOCK, {"ids": list(run_ids), "step": step}):
+        moved.locked.append(row.id)
         if row.due_at is not None and row.due_at > now:
             early.append((row.id, step, row.due_at))  # a countdown that fired before its time
             continue

@@ -80,3 +80,48 @@ def test_a_dead_workers_kept_answers_are_written_once_and_a_live_ones_are_held(e
         ids[2]: ("failed", None, 1),
         ids[3]: ("sending", None, 0),
     }
+
+
+@pytest.mark.usefixtures("app")
+@pytest.mark.parametrize(
+    "garbled",
+    [
+        b"{not json",
+        b'"a string"',
+        b'{"worker": "w", "until": 1}',
+        b'{"worker": 1, "until": "x", "outcomes": [], "events": []}',
+    ],
+)
+def test_a_garbled_kept_entry_is_dropped_alone_and_the_runs_beside_it_are_written(engine, settings, garbled):
+    """One entry that is not a run (garbled, or of another shape) must not stop the sweeper
+    writing every other worker's kept answers, at this sweep and every one after it."""
+    client = redis.Redis.from_url(settings.redis_url)
+    dead = f"gone:1:{uuid.uuid4().hex[:8]}"
+    ids = ready_messages(engine, 2)
+    claim_as(engine, ids, dead)
+    runs = [
+        kept_answers.Kept(
+            uuid.uuid4().hex,
+            dead,
+            (store.Finalised(i, MessageStatus.SENT, provider_message_id=f"p-{i}"),),
+            (),
+            time.time() + 60,
+        )
+        for i in ids
+    ]
+    bad = f"garbled-{uuid.uuid4().hex}"
+    try:
+        assert kept_answers.remember(client, runs[0])
+        client.hset(kept_answers.KEY, bad, garbled)
+        assert kept_answers.remember(client, runs[1])
+        assert write_kept_answers(settings, client, [dead]) == (2, [])
+        assert not client.hexists(kept_answers.KEY, bad)
+    finally:
+        kept_answers.forget(client, [r.key for r in runs] + [bad])
+    with engine.connect() as connection:
+        found = dict(
+            connection.execute(
+                text("SELECT id::text, status FROM messages WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
+            ).all()
+        )
+    assert found == {ids[0]: "sent", ids[1]: "sent"}

@@ -489,9 +489,25 @@ def test_a_workflow_run_that_keeps_killing_its_worker_is_failed_without_another_
     """Its runs died KILLED_RUNS times (counted as prepare's and deliver's are): the step
     task fails it with the reason instead of running it again."""
     _, run_id = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
-    deaths = UnfinishedRuns(counters, "workflow_step")
-    counters.hset(deaths.key, run_id, KILLED_RUNS)
+    key = UnfinishedRuns(counters, "workflow_step").key
+    counters.hset(key, run_id, KILLED_RUNS)
     assert workflow_step([run_id], 0) == 0
     assert state(engine, [run_id]) == [("failed", 0, False, 0)]
     assert error_of(engine, run_id, "workflow_runs", "reason") == f"step 0 killed its worker {KILLED_RUNS} times"
-    assert counters.hget(deaths.key, run_id) is None
+    assert counters.hget(key, run_id) is None
+
+
+def test_a_workflow_step_that_skips_a_run_another_task_holds_keeps_that_runs_deaths(client, engine, migrated, counters):
+    """The step locks its runs SKIP LOCKED: a run another task holds is not its own to
+    finish, or the deaths counted on it would be forgotten."""
+    _, run_id = workflow_runs(client, migrated, [{"delay": {"for": "1s"}}], {"what": "x"})
+    key = UnfinishedRuns(counters, "workflow_step").key
+    counters.hset(key, run_id, KILLED_RUNS - 2)
+    try:
+        with engine.connect() as holder:
+            holder.execute(text("SELECT 1 FROM workflow_runs WHERE id = CAST(:id AS uuid) FOR UPDATE"), {"id": run_id})
+            assert workflow_step([run_id], 0) == 0
+            assert counters.hget(key, run_id) == str(KILLED_RUNS - 2).encode()
+            holder.rollback()
+    finally:
+        counters.hdel(key, run_id)
