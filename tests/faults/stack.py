@@ -43,6 +43,14 @@ FAST_RECOVERY = {
 POOLS = ("threads", "prefork")
 
 
+def fault_pool() -> str:
+    """The workers' pool: threads, or TIDINGS_FAULT_POOL (`make test-prefork` runs the fault
+    tests again under prefork, those on network-namespace hosts too)."""
+    chosen = os.environ.get("TIDINGS_FAULT_POOL", "threads")
+    assert chosen in POOLS, f"TIDINGS_FAULT_POOL={chosen!r}: one of {POOLS}"
+    return chosen
+
+
 class Stack(Processes):
     def __init__(
         self, tmp_path: Path, database_url: str, provider_url: str | None, pool: str = "threads", **overrides: str
