@@ -45,6 +45,8 @@ from tests.hostile_server import HostileServer
 from tests.provider_server import FakeProviderServer
 from tests.waiting import wait_until
 
+pytest_plugins = ["tests.faults.summary"]
+
 ADMIN_KEY = "test-admin-key-0123456789"
 TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown"}
 

@@ -8,16 +8,8 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from tests.databases import Databases
-from tests.faults.stack import FAULT_LINES, Stack, fault_pool, new_project
+from tests.faults.stack import Stack, fault_pool, new_project
 from tests.provider_server import FakeProviderServer
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Each fault test's state at injection and its messages' outcomes, in every run's log."""
-    if FAULT_LINES:
-        terminalreporter.section("fault tests: state at injection, outcomes by the ledger")
-        for line in FAULT_LINES:
-            terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from sqlalchemy import Engine, text
 from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
 from tests.conftest import ADMIN_KEY, TERMINAL, bearer, make_env
+from tests.faults.summary import report_fault
 from tests.waiting import wait_until
 
 # Short clocks, so recovery happens within a test's patience.
@@ -227,17 +228,6 @@ class LedgerTally:
             "repeated requests": self.repeated_requests,
         }
         return report_fault(fault, at_injection, outcomes)
-
-
-# Every fault test's line, for the summary at the end of the run (tests/faults/conftest.py),
-# so CI's log says what each fault met and how each message ended, passed or not.
-FAULT_LINES: list[str] = []
-
-
-def report_fault(fault: str, at_injection: Mapping[str, object], outcomes: Mapping[str, object]) -> str:
-    line = f"FAULT {fault}: at injection {dict(at_injection)}; outcomes {dict(outcomes)}"
-    FAULT_LINES.append(line)
-    return line
 
 
 def assert_ledger_agrees(ids: Iterable[str], seen: Mapping[str, str], ledger: Ledger) -> LedgerTally:
