@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -74,12 +77,18 @@ def redis_database(url: str, offset: int) -> str:
 
 
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The PostgreSQL server (a URL to reach it at) and this worker's Redis database."""
+def servers() -> Iterator[tuple[str, str]]:
+    """The PostgreSQL server (a URL to reach it at) and this worker's Redis database.
+
+    An embedded server keeps its data outside pytest's temporary directories: any pytest run
+    started meanwhile (a benchmark's, another checkout's) makes /tmp/pytest-of-<user> private
+    again, and the server, which runs as a user of its own, could then no longer reach its
+    data; its next checkpoint (every DROP DATABASE asks for one) would stop it."""
     database_url, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
     postgres = embedded_redis = None
     if not database_url:
-        postgres = start_postgres(tmp_path_factory.mktemp("pg"))
+        directory = Path(tempfile.mkdtemp(prefix="tidings-pg-"))
+        postgres = start_postgres(directory / "pg")
         database_url = postgres.get_uri()
     if redis_url:
         redis_url = redis_database(redis_url, xdist_worker()[1])
@@ -91,6 +100,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         embedded_redis.stop()
     if postgres is not None:
         postgres.cleanup()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
