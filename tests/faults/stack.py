@@ -26,6 +26,7 @@ from sqlalchemy import Engine, text
 from app.runtime.embedded import EmbeddedRedis
 from loadtest.harness import Processes
 from tests.conftest import ADMIN_KEY, TERMINAL, bearer, make_env
+from tests.faults.summary import report_fault
 from tests.provider_server import Call, FakeProviderServer
 from tests.waiting import wait_until
 
@@ -48,6 +49,14 @@ SLOW_BACKSTOPS = {"CLAIM_TIMEOUT_SECONDS": "600", "STALLED_AFTER_SECONDS": "600"
 # The Celery pools a worker may run: threads (`tidings worker`'s default) and prefork (what
 # `--autoscale` needs, and what docker/compose.yaml runs).
 POOLS = ("threads", "prefork")
+
+
+def fault_pool() -> str:
+    """The workers' pool: threads, or TIDINGS_FAULT_POOL (`make test-prefork` runs the fault
+    tests again under prefork, those on network-namespace hosts too)."""
+    chosen = os.environ.get("TIDINGS_FAULT_POOL", "threads")
+    assert chosen in POOLS, f"TIDINGS_FAULT_POOL={chosen!r}: one of {POOLS}"
+    return chosen
 
 
 class Stack(Processes):
@@ -226,17 +235,6 @@ class LedgerTally:
             "repeated requests": self.repeated_requests,
         }
         return report_fault(fault, at_injection, outcomes)
-
-
-# Every fault test's line, for the summary at the end of the run (tests/faults/conftest.py),
-# so CI's log says what each fault met and how each message ended, passed or not.
-FAULT_LINES: list[str] = []
-
-
-def report_fault(fault: str, at_injection: Mapping[str, object], outcomes: Mapping[str, object]) -> str:
-    line = f"FAULT {fault}: at injection {dict(at_injection)}; outcomes {dict(outcomes)}"
-    FAULT_LINES.append(line)
-    return line
 
 
 def assert_ledger_agrees(ids: Iterable[str], seen: Mapping[str, str], ledger: Ledger) -> LedgerTally:

@@ -223,13 +223,13 @@ def test_a_prefork_child_killed_mid_call_is_settled_while_its_worker_lives_on(
 
 
 @pytest.fixture
-def resend_stack(tmp_path, server_urls, migrated, pool) -> Iterator[tuple[Stack, ResendServer]]:
+def resend_stack(tmp_path, database, pool) -> Iterator[tuple[Stack, ResendServer]]:
     """A stack whose email goes to Resend, a local server shaped like it (tests/providers/resend_server.py)."""
     server = ResendServer().start()
     (tmp_path / "resend").mkdir()
     stack = Stack(
         tmp_path / "resend",
-        server_urls[0],
+        database,
         None,
         pool,
         EMAIL_PROVIDER="resend",

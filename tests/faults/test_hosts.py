@@ -8,7 +8,6 @@ delivered. The tests run in file order on one set of hosts; the network cut come
 
 from __future__ import annotations
 
-import secrets
 import signal
 import subprocess
 import threading
@@ -20,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine
 
-from app.runtime import migrate
+from tests.databases import Databases
 from tests.faults.stack import (
     Stack,
     assert_ledger_agrees,
+    fault_pool,
     insert_accepted,
     new_project,
     report_fault,
@@ -59,7 +58,7 @@ class HostStack(Stack):
     through its relays; beat and the test itself stay in the root namespace."""
 
     def __init__(self, tmp_path: Path, network: Network, database_url: str, provider_url: str, **overrides: str):
-        super().__init__(tmp_path, network.expose(database_url), provider_url, **overrides)
+        super().__init__(tmp_path, network.expose(database_url), provider_url, fault_pool(), **overrides)
         redis_url = network.expose(self.redis.url)
         self.env.update(REDIS_URL=redis_url, CELERY_BROKER_URL=redis_url)
         self.placement: dict[str, Host] = {}
@@ -85,19 +84,11 @@ def network() -> Iterator[Network]:
 
 
 @pytest.fixture(scope="module")
-def database(server_urls: tuple[str, str]) -> Iterator[str]:
+def database(databases: Databases) -> Iterator[str]:
     """A database of this module's own on the session's server: no earlier test's rows for
     its sweeper to hand the hosts, nothing of theirs at the provider."""
-    name = f"tidings_hosts_{secrets.token_hex(4)}"
-    admin = create_engine(server_urls[0], isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(server_urls[0]).set(database=name).render_as_string(hide_password=False)
-    migrate.upgrade(url)
-    yield url
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with databases.own() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

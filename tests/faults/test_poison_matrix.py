@@ -36,11 +36,12 @@ import pytest
 import requests
 from aiosmtpd.controller import Controller
 from pytest_httpserver import HTTPServer
-from sqlalchemy import Engine, Row, text
+from sqlalchemy import Engine, Row, create_engine, text
 from werkzeug import Request, Response
 
 from app.runtime.embedded import free_port
 from tests.conftest import TERMINAL, WEBHOOK_ENVIRON, bearer
+from tests.databases import Databases
 from tests.faults.stack import POOLS, ApiProject, Stack, api_project, assert_ledger_agrees, coalesced
 from tests.hostile_server import HostileServer
 from tests.smtp_relay import Mailbox
@@ -199,6 +200,7 @@ class Running:
 
     stack: Stack
     api: str
+    engine: Engine
     quiet_from: float = 0.0
 
     @property
@@ -223,8 +225,9 @@ def relay() -> Iterator[Relay]:
 
 
 @pytest.fixture(scope="module", params=POOLS)
-def running(request, tmp_path_factory, server_urls, migrated, relay: Relay) -> Iterator[Running]:
-    """The API, one worker of the pool on every queue, and beat (the sweeper, scheduled releases)."""
+def running(request, tmp_path_factory, databases: Databases, relay: Relay) -> Iterator[Running]:
+    """The API, one worker of the pool on every queue, and beat (the sweeper, scheduled
+    releases), on a database of their own."""
     pool = request.param
     environ = {
         **WEBHOOK_ENVIRON,
@@ -237,15 +240,24 @@ def running(request, tmp_path_factory, server_urls, migrated, relay: Relay) -> I
         "EMAIL_FROM": "Tidings <tidings@example.com>",
         "PREPARE_LINGER_MS": str(int(LINGER * 1000)),
     }
-    stack = Stack(tmp_path_factory.mktemp(f"poison-{pool}"), server_urls[0], None, pool, **environ)
-    try:
-        api = stack.start_api()
-        worker = stack.start_worker("worker", *CONCURRENCY[pool])
-        stack.start_beat()
-        assert len(worker_processes(worker)[1]) == CHILDREN[pool], f"not the {pool} pool"
-        yield Running(stack, api)
-    finally:
-        stack.stop()
+    with databases.own() as database:
+        stack = Stack(tmp_path_factory.mktemp(f"poison-{pool}"), database, None, pool, **environ)
+        engine = create_engine(database)
+        try:
+            api = stack.start_api()
+            worker = stack.start_worker("worker", *CONCURRENCY[pool])
+            stack.start_beat()
+            assert len(worker_processes(worker)[1]) == CHILDREN[pool], f"not the {pool} pool"
+            yield Running(stack, api, engine)
+        finally:
+            stack.stop()
+            engine.dispose()
+
+
+@pytest.fixture
+def engine(running: Running) -> Engine:
+    """The running stack's database (overrides the faults' database per test)."""
+    return running.engine
 
 
 def worker_processes(process: subprocess.Popen) -> tuple[int, frozenset[int]]:

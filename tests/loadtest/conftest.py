@@ -1,7 +1,8 @@
-"""Benchmarks run as their command lines against the session's PostgreSQL and a Redis of their own.
+"""Benchmarks run as their command lines against a database and a Redis of their own.
 
 Their own Redis keeps the session's in-process worker, which consumes the same queue names
-with other settings, from taking their tasks.
+with other settings, from taking their tasks; their own database keeps their sweepers off
+every other test's rows, and theirs out of the session's.
 """
 
 from __future__ import annotations
@@ -10,14 +11,29 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import Engine, create_engine
 
-from app.config import Settings
 from app.runtime.embedded import EmbeddedRedis
+from tests.databases import Databases
 
 
 @pytest.fixture
-def bench_env(migrated: Settings) -> Iterator[dict[str, str]]:
+def database(databases: Databases) -> Iterator[str]:
+    with databases.own() as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database: str) -> Iterator[Engine]:
+    """The benchmark's database (overrides the session's `engine`), to check what it left."""
+    engine = create_engine(database)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def bench_env(database: str) -> Iterator[dict[str, str]]:
     """The environment to run a benchmark script in."""
     redis_server = EmbeddedRedis().start()
-    yield {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": redis_server.url}
+    yield {**os.environ, "DATABASE_URL": database, "REDIS_URL": redis_server.url}
     redis_server.stop(kill=True)

@@ -19,11 +19,10 @@ def route_figures(out: str) -> dict[str, tuple[int, int]]:
     return {route: (int(requests), int(failed)) for route, requests, failed in found}
 
 
-def test_locust_sends_and_reads_and_leaves_its_reports(migrated, tmp_path):
-    env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
+def test_locust_sends_and_reads_and_leaves_its_reports(bench_env, tmp_path):
     command = [sys.executable, str(LOADTEST / "locust_run.py"), "--rate", "8", "--users", "4", "--duration", "6s"]
     command += ["--subscribers", "1000", "--api-workers", "1", "--workers", "1", "--results", str(tmp_path)]
-    result = subprocess.run([*command, "--no-record"], env=env, capture_output=True, text=True, timeout=240)
+    result = subprocess.run([*command, "--no-record"], env=bench_env, capture_output=True, text=True, timeout=240)
     out = result.stdout
     routes = route_figures(out)
     assert routes.get("POST /v1/messages", (0, 0))[0] > 0, out + result.stderr[-3000:]

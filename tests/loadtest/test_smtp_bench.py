@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from tests.loadtest.scripts import run_script
 
 
-def test_the_bench_reports_rate_and_cpu_and_loses_nothing(migrated):
-    env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
-    out = run_script("smtp_bench.py", "--messages", "12", "--clients", "3", "--recipients", "2", env=env, timeout=120)
+def test_the_bench_reports_rate_and_cpu_and_loses_nothing(bench_env):
+    arguments = ("--messages", "12", "--clients", "3", "--recipients", "2")
+    out = run_script("smtp_bench.py", *arguments, env=bench_env, timeout=120)
     assert re.search(r"^accepted: \d+ messages/s$", out, re.MULTILINE)
     assert re.search(r"^server CPU: [\d.]+ s user\+system = \d+ µs per message", out, re.MULTILINE)
     assert "stored: 24 rows for 24 recipients, 0 lost" in out

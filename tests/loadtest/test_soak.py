@@ -23,15 +23,14 @@ TINY = [
 ]
 
 
-def soak(migrated, *args: str) -> str:
-    """Run soak.py to its end against the session's PostgreSQL; its output."""
-    env = {**os.environ, "DATABASE_URL": migrated.database_url, "REDIS_URL": migrated.redis_url}
-    return run_script("soak.py", *args, env=env, timeout=240)
+def soak(bench_env: dict[str, str], *args: str) -> str:
+    """Run soak.py to its end; its output."""
+    return run_script("soak.py", *args, env=bench_env, timeout=240)
 
 
-def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_and_loses_nothing(migrated, tmp_path):
+def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_and_loses_nothing(bench_env, tmp_path):
     assert PY_SPY is not None, "py-spy (a dev dependency) is missing"
-    out = soak(migrated, *TINY, "--workers", "2", "--split-stages", "--profile", "--results", str(tmp_path))
+    out = soak(bench_env, *TINY, "--workers", "2", "--split-stages", "--profile", "--results", str(tmp_path))
     expected = [
         r"^soak: 20/s for 0m1\d\.\ds, 500 subscribers, 8 templates; API 1 gunicorn workers .*, 2 Celery workers "
         r"x threads \d+, stages split between workers$",
@@ -76,11 +75,11 @@ def test_a_tiny_profiled_soak_prints_its_figures_draws_its_plot_names_hot_spots_
     assert list(tmp_path.glob("soak-*/profile-worker1.txt"))
 
 
-def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(migrated, tmp_path):
+def test_the_ramp_steps_up_until_the_backlog_grows_then_soaks_at_the_rate_that_held(bench_env, tmp_path):
     # Steps of four samples, so each is judged on samples taken wholly inside it. The tiny soak
     # above has every send of 20/s accepted and delivered: a stack that cannot hold 10/s is broken.
     ramp = ["--ramp", "--ramp-start", "10", "--ramp-step", "5", "--step", "8s", "--max-rate", "15"]
-    out = soak(migrated, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
+    out = soak(bench_env, *TINY, *ramp, "--workers", "1", "--duration", "6s", "--results", str(tmp_path))
     [line] = set(re.findall(r"^ramp: .*$", out, re.MULTILINE))  # printed as it ends, and in the summary
     steps = re.fullmatch(
         r"ramp: ((?:\d+/s held; )*)(\d+/s: fell behind; )?(?:sustainable rate: (\d+)/s|no rate held)", line
