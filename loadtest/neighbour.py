@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import requests
-from api_client import Api, Calls
+from api_client import Api, Call, Calls
 from engagement import Deliveries
 from pacer import Pacer
 from report import append_section
@@ -312,9 +312,11 @@ def sent_after(setup: Setup, ids: list[str]) -> dict[str, float]:
     return {message_id: float(seconds) for message_id, seconds in rows}
 
 
-def timeline(setup: Setup, phase: Phase, sent: dict[str, float], count: int = 3) -> str:
-    """The phase's `count` slowest victim messages, each as seconds after its creation to
-    being prepared, claimed and sent, with its attempts: where a missed p99 waited."""
+def timeline(setup: Setup, phase: Phase, sent: dict[str, float], calls: list[Call], count: int = 3) -> str:
+    """The victim's API answer p99 in the phase, and its `count` slowest messages, each as
+    seconds after its creation to being prepared, claimed and sent, with its attempts: where
+    a missed p99 waited."""
+    answered = [call.seconds for call in calls if phase.began <= call.at < phase.ended]
     slowest = sorted((i for i in phase.victim if i in sent), key=sent.__getitem__)[-count:]
     with setup.db() as session:
         rows = session.execute(
@@ -336,7 +338,7 @@ def timeline(setup: Setup, phase: Phase, sent: dict[str, float], count: int = 3)
         + f" ({row[3]} attempts)"
         for row in rows
     ]
-    return f"- {phase.name}: " + "; ".join(shown)
+    return f"- {phase.name}: answered at p99 {percentile(answered, 99):.2f} s; " + "; ".join(shown)
 
 
 def wait_for_victim(setup: Setup, ids: list[str]) -> dict[str, float]:
@@ -424,12 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     started = f"load average at the start {load_average()}"
     print(started, flush=True)
     with set_up("neighbour", args, run_dir, POSTMARK_RATE_PER_SEC=str(args.pace)) as setup:
-        phases = Neighbours(args, setup).run()
+        neighbours = Neighbours(args, setup)
+        phases = neighbours.run()
         ids = [i for phase in phases for i in phase.victim]
         sent = wait_for_victim(setup, ids)
         deliveries = Deliveries(setup.provider_url, lambda key, at: None)
         deliveries.poll()
-        slowest = [timeline(setup, phase, sent) for phase in phases]
+        slowest = [timeline(setup, phase, sent, neighbours.calls.by_kind["victim"]) for phase in phases]
     lines, held = table(phases, sent, deliveries.counts)
     summary = [
         f"noisy neighbour: {clock(args.duration)} in {len(args.phases)} phases, victim {args.victim_rate:g} "
