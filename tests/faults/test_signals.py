@@ -17,6 +17,7 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
+import psutil
 from sqlalchemy import Engine, text
 
 from tests.faults.exit_hook.sitecustomize import EXIT_CODE
@@ -59,16 +60,21 @@ def settle(
     return seen
 
 
-def claims_of(engine: Engine, ids: list[str], pid: int) -> int:
-    """How many of `ids` are `sending` under a claim of process `pid` (a claim names host:pid:random)."""
+def claims_of(engine: Engine, ids: list[str], pids: list[int]) -> int:
+    """How many of `ids` are `sending` under a claim of one of `pids` (a claim names host:pid:random)."""
     with engine.connect() as connection:
         return connection.execute(
             text(
                 "SELECT count(*) FROM messages WHERE id = ANY(CAST(:ids AS uuid[])) "
-                "AND status = 'sending' AND split_part(claimed_by, ':', 2) = :pid"
+                "AND status = 'sending' AND split_part(claimed_by, ':', 2) = ANY(:pids)"
             ),
-            {"ids": ids, "pid": str(pid)},
+            {"ids": ids, "pids": [str(pid) for pid in pids]},
         ).scalar_one()
+
+
+def pool_of(pid: int) -> list[int]:
+    """A worker process and its pool's children, which make the claims under prefork."""
+    return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
 
 
 def start_two_workers(stack: Stack, ids: list[str], **a_env: str) -> None:
@@ -91,7 +97,7 @@ def test_sigkill_between_calls_the_rest_goes_again_within_seconds(make_stack, pr
 
     def observe() -> tuple[int, int, int]:
         delivered = provider.delivered()
-        return len(delivered), sum(r.sender == "a" for r in delivered), claims_of(engine, ids, pid)
+        return len(delivered), sum(r.sender == "a" for r in delivered), claims_of(engine, ids, pool_of(pid))
 
     wait_until(
         observe,
@@ -101,6 +107,7 @@ def test_sigkill_between_calls_the_rest_goes_again_within_seconds(make_stack, pr
         every=0.01,
         show=lambda seen: f"delivered {seen[0]}, by a {seen[1]}, claims of a {seen[2]}",
     )
+    pids = pool_of(pid)
     killed = time.time()
     stack.signal("a", signal.SIGKILL)
     state = statuses(engine, ids)
@@ -108,7 +115,7 @@ def test_sigkill_between_calls_the_rest_goes_again_within_seconds(make_stack, pr
         "delivered": len(provider.delivered()),
         "ready": sum(s == "ready" for s in state.values()),
         "sending": sum(s == "sending" for s in state.values()),
-        "claims of a": claims_of(engine, ids, pid),
+        "claims of a": claims_of(engine, ids, pids),
     }
     assert not at_kill["claims of a"], f"a claimed between the look and the kill: {at_kill}"
     seen = settle(engine, ids, provider, "SIGKILL between calls", at_kill, killed)
