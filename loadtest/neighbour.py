@@ -174,12 +174,16 @@ class Attacker:
             body = {"fields": {"text": BIG_TEMPLATE}, "data": {"a": "x", "b": "y"}}
 
             def one() -> None:
-                answer = browser.post(
-                    f"{self.api_url}/console/templates/plain/preview",
-                    json=body,
-                    headers={"X-CSRF-Token": token},
-                    timeout=60,
-                )
+                try:
+                    answer = browser.post(
+                        f"{self.api_url}/console/templates/plain/preview",
+                        json=body,
+                        headers={"X-CSRF-Token": token},
+                        timeout=60,
+                    )
+                except requests.ConnectionError:  # a 429 sent before the 250 KB body was read closes it
+                    phase.answers[0] += 1
+                    return
                 phase.answers[answer.status_code] += 1
 
             loop(stop, one)
