@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -19,11 +20,21 @@ from tests.conftest import ADMIN_KEY, bearer, create_project, email
 
 @pytest.fixture
 def tidings(migrated):
-    """Run `tidings ARGS` with the test session's environment."""
+    """Run `tidings ARGS` with the test session's environment. The session's worker runs in this
+    process, and its lines (an expired token discarded, a batch delivered) would land in the
+    command's captured output: its loggers say only warnings while a command runs."""
     runner = CliRunner()
+    workers = [logging.getLogger(name) for name in ("celery", "tasks")]
 
     def run(*args: str) -> Result:
-        return runner.invoke(main, list(args), env=dict(migrated.environ), catch_exceptions=False)
+        levels = [logger.level for logger in workers]
+        for logger in workers:
+            logger.setLevel(logging.WARNING)
+        try:
+            return runner.invoke(main, list(args), env=dict(migrated.environ), catch_exceptions=False)
+        finally:
+            for logger, level in zip(workers, levels, strict=True):
+                logger.setLevel(level)
 
     return run
 
