@@ -13,7 +13,8 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, text
+import pytest
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -63,3 +64,19 @@ class Databases:
     def _execute(self, statement: str) -> None:
         with self._admin.connect() as connection:
             connection.execute(text(statement))
+
+
+@pytest.fixture
+def database(databases: Databases) -> Iterator[str]:
+    """A database of the test's own: the sweepers of the processes it starts find its rows and
+    no one else's. Conftests that start processes (tests/faults, tests/loadtest) import it."""
+    with databases.own() as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database: str) -> Iterator[Engine]:
+    """The test's own database (overrides the session's `engine` where `database` is imported)."""
+    engine = create_engine(database)
+    yield engine
+    engine.dispose()

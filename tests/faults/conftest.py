@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
-from tests.databases import Databases
+from tests.databases import database, engine
 from tests.faults.stack import Stack, fault_pool, new_project
 from tests.provider_server import FakeProviderServer
+
+__all__ = ["database", "engine"]  # a database of each test's own (tests/databases.py)
 
 
 @pytest.fixture
@@ -27,21 +29,6 @@ def pool() -> str:
     """The workers' pool (`fault_pool`); a module that runs its tests under both whatever the
     run says has `pytest.mark.parametrize("pool", POOLS)`."""
     return fault_pool()
-
-
-@pytest.fixture
-def database(databases: Databases) -> Iterator[str]:
-    """A database of the test's own: its stacks' sweepers find its rows and no one else's."""
-    with databases.own() as url:
-        yield url
-
-
-@pytest.fixture
-def engine(database: str) -> Iterator[Engine]:
-    """The test's own database (overrides the session's `engine`)."""
-    engine = create_engine(database)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -11,24 +11,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
 
 from app.runtime.embedded import EmbeddedRedis
-from tests.databases import Databases
+from tests.databases import database, engine
 
-
-@pytest.fixture
-def database(databases: Databases) -> Iterator[str]:
-    with databases.own() as url:
-        yield url
-
-
-@pytest.fixture
-def engine(database: str) -> Iterator[Engine]:
-    """The benchmark's database (overrides the session's `engine`), to check what it left."""
-    engine = create_engine(database)
-    yield engine
-    engine.dispose()
+__all__ = ["database", "engine"]  # a database of each benchmark's own (tests/databases.py)
 
 
 @pytest.fixture
