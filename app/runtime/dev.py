@@ -112,7 +112,8 @@ _CLI = (sys.executable, "-m", "app.runtime.cli")
 COMMANDS = {
     "api": ("api",),
     "worker": ("worker",),
-    "transactional-worker": ("worker", "--transactional"),
+    # A node name of its own: two `celery@<host>` would answer every ping and inspect as one.
+    "transactional-worker": ("worker", "--transactional", "-n", "transactional@%h"),
     "beat": ("beat",),
     "flower": ("flower",),
 }

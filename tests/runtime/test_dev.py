@@ -71,7 +71,7 @@ def test_dev_runs_the_whole_stack_restarts_a_dead_worker_and_stops_cleanly(tmp_p
         assert login.status_code == 200 and "Sign in" in login.text
         assert requests.get(f"{console}/static/console.css", timeout=5).status_code == 200
         children = psutil.Process(process.pid).children(recursive=True)
-        assert [c.cmdline()[-2:] for c in children].count(["worker", "--transactional"]) == 1
+        assert [c.cmdline()[-4:] for c in children].count(["worker", "--transactional", "-n", "transactional@%h"]) == 1
         headers = {"Authorization": f"Bearer {key}"}
         body = {
             "channel": "email",
